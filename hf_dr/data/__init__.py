@@ -1,0 +1,7 @@
+"""Data: BEIR folders <-> ``datasets`` and collators."""
+
+from .beir import SELF_MATCH_DATASETS, BeirData, BeirFormatError, load_beir, load_qrels, save_beir, save_qrels
+from .collators import RetrievalCollator
+
+__all__ = ["BeirData", "BeirFormatError", "load_beir", "save_beir", "load_qrels", "save_qrels",
+           "SELF_MATCH_DATASETS", "RetrievalCollator"]

@@ -1,0 +1,27 @@
+"""Training objectives: glue between a collated batch and the loss functions of
+:mod:`hf_dr.losses`. One file per method; each objective is a callable
+
+    objective(model, inputs: dict[str, Tensor]) -> (loss: Tensor, logs: dict[str, float])
+
+used by :class:`hf_dr.training.RetrievalTrainer`. ``model`` is any encoder of the suite
+(its ``forward(input_ids, attention_mask, is_query)`` returns embeddings; call it through
+:func:`hf_dr.encoding.embed` so DDP wrappers work).
+"""
+
+from .contrastive import ContrastiveObjective, MarginMSEObjective, all_gather_with_grad
+
+OBJECTIVES = {
+    "contrastive": ContrastiveObjective,
+    "margin_mse": MarginMSEObjective,
+}
+
+
+def get_objective(name: str, **kwargs):
+    """Build a registered objective by name (clear error for an unknown one)."""
+    if name not in OBJECTIVES:
+        raise ValueError(f"unknown objective {name!r}; choose one of {sorted(OBJECTIVES)}")
+    return OBJECTIVES[name](**kwargs)
+
+
+__all__ = ["OBJECTIVES", "get_objective", "ContrastiveObjective", "MarginMSEObjective",
+           "all_gather_with_grad"]

@@ -1,0 +1,74 @@
+"""Contrastive (in-batch + hard negatives, gathered across processes) and Margin-MSE."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from ..encoding import embed
+from ..losses import contrastive_loss, margin_mse_loss
+
+
+def all_gather_with_grad(t: torch.Tensor) -> torch.Tensor:
+    """Concatenate ``t`` from every process along dim 0, keeping the gradient of the
+    local slice (negatives from other GPUs act as constants for this one). Identity when
+    not distributed."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return t
+    from torch.distributed.nn.functional import all_gather
+
+    return torch.cat(all_gather(t), dim=0)
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def embed_batch(model, inputs):
+    """Query and document embeddings of a collated batch (see :class:`hf_dr.data.RetrievalCollator`)."""
+    q = embed(model, inputs["query_input_ids"], inputs["query_attention_mask"], is_query=True)
+    d = embed(model, inputs["doc_input_ids"], inputs["doc_attention_mask"], is_query=False)
+    return q, d
+
+
+@dataclass
+class ContrastiveObjective:
+    """InfoNCE with in-batch negatives, hard negatives, and negatives from every process.
+
+    Batch layout: ``doc_*`` holds ``B * group_size`` documents, each query's positive first
+    in its group. ``scale`` is the inverse temperature (20 for cosine models, 1 for dot).
+    """
+
+    scale: float = 1.0
+    gather_across_processes: bool = True
+
+    def __call__(self, model, inputs):
+        q, d = embed_batch(model, inputs)
+        group = d.shape[0] // q.shape[0]
+        if self.gather_across_processes:
+            offset = _rank() * d.shape[0]
+            d = all_gather_with_grad(d)
+        else:
+            offset = 0
+        targets = offset + torch.arange(q.shape[0], device=q.device) * group
+        loss = contrastive_loss(q, d, targets, self.scale)
+        return loss, {"contrastive_loss": loss.detach()}
+
+
+@dataclass
+class MarginMSEObjective:
+    """Margin-MSE against teacher scores ``inputs["teacher_scores"] [B, 1 + m]``
+    (positive first); each hard negative forms one (pos, neg) pair."""
+
+    def __call__(self, model, inputs):
+        q, d = embed_batch(model, inputs)
+        B = q.shape[0]
+        d = d.view(B, -1, d.shape[-1])
+        s = torch.einsum("bd,bgd->bg", q, d)
+        t = inputs["teacher_scores"].to(s.dtype)
+        m = s.shape[1] - 1
+        loss = margin_mse_loss(s[:, :1].expand(-1, m).reshape(-1), s[:, 1:].reshape(-1),
+                               t[:, :1].expand(-1, m).reshape(-1), t[:, 1:].reshape(-1))
+        return loss, {"margin_mse_loss": loss.detach()}

@@ -1,0 +1,64 @@
+"""The one Trainer of hf-dr.
+
+:class:`RetrievalTrainer` is a ``transformers.Trainer`` whose ``compute_loss`` calls a
+training objective (see :mod:`hf_dr.objectives`), so every method gets checkpointing,
+resume, mixed precision, gradient accumulation and multi-GPU (``accelerate launch`` /
+``torchrun``) from Trainer, and nothing else trains models in this package.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import torch
+from transformers import Trainer, TrainingArguments
+
+from .objectives import ContrastiveObjective
+
+__all__ = ["RetrievalTrainer", "RetrievalTrainingArguments"]
+
+
+@dataclass
+class RetrievalTrainingArguments(TrainingArguments):
+    """``TrainingArguments`` with retrieval defaults (columns are never dropped: the
+    collators produce the model inputs)."""
+
+    remove_unused_columns: bool = field(default=False, metadata={"help": "Keep dataset columns; hf-dr collators need them."})
+    report_to: str | list[str] = field(default="none", metadata={"help": "Where to report logs (none, tensorboard, wandb, ...)."})
+
+
+class RetrievalTrainer(Trainer):
+    """``Trainer`` for encoders of the suite.
+
+    Args:
+        objective: callable ``(model, inputs) -> (loss, logs)``; defaults to
+            :class:`~hf_dr.objectives.ContrastiveObjective`.
+        Everything else is passed to ``transformers.Trainer``.
+    """
+
+    def __init__(self, *args, objective=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if getattr(self.args, "remove_unused_columns", False):
+            self.args.remove_unused_columns = False
+        self.objective = objective if objective is not None else ContrastiveObjective()
+        self._objective_logs: dict[str, list[float]] = defaultdict(list)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        loss, logs = self.objective(model, inputs)
+        for k, v in logs.items():
+            self._objective_logs[k].append(v.detach() if isinstance(v, torch.Tensor) else torch.tensor(float(v)))
+        return (loss, {"loss": loss}) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], *args, **kwargs) -> None:
+        if self._objective_logs and "loss" in logs:
+            for k, vals in self._objective_logs.items():
+                logs[k] = round(torch.stack([v.float().cpu() for v in vals]).mean().item(), 6)
+            self._objective_logs.clear()
+        super().log(logs, *args, **kwargs)
+
+    def _save(self, output_dir=None, state_dict=None):
+        super()._save(output_dir, state_dict=state_dict)
+        tok = getattr(self.model, "tokenizer", None)
+        if tok is not None and self.processing_class is None:
+            tok.save_pretrained(output_dir or self.args.output_dir)
