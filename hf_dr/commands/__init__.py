@@ -1,0 +1,1 @@
+"""Subcommands of the ``hf-dr`` CLI; each module exposes ``register(subparsers)``."""

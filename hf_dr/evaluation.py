@@ -1,0 +1,142 @@
+"""Evaluation: the one metric path of hf-dr (pytrec_eval), significance tests, and
+``evaluate_model`` for an encoder on a BEIR dataset."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .retrieval.run import Run, remove_self_matches, top_k_run
+
+__all__ = ["EvalResult", "evaluate_run", "paired_ttest", "evaluate_model", "DEFAULT_METRICS", "format_table"]
+
+DEFAULT_METRICS = ("ndcg@10", "recall@100", "recall@1000", "mrr@10")
+
+_NAMES = {"ndcg": ("ndcg_cut", "nDCG"), "recall": ("recall", "R"), "map": ("map_cut", "MAP"),
+          "p": ("P", "P"), "precision": ("P", "P"), "mrr": ("recip_rank", "MRR")}
+
+
+def _parse(metric: str) -> tuple[str, int | None]:
+    m = re.fullmatch(r"([a-zA-Z_]+)(?:@(\d+))?", metric.strip())
+    if not m or m.group(1).lower() not in _NAMES:
+        raise ValueError(f"unknown metric {metric!r}; use e.g. ndcg@10, recall@100, mrr@10, map@100, p@10")
+    return m.group(1).lower(), int(m.group(2)) if m.group(2) else None
+
+
+def metric_label(metric: str) -> str:
+    """``ndcg@10`` -> ``nDCG@10`` (the papers' spelling)."""
+    name, k = _parse(metric)
+    return _NAMES[name][1] + (f"@{k}" if k else "")
+
+
+@dataclass
+class EvalResult:
+    """``aggregate[metric]`` = mean over judged queries; ``per_query[metric][qid]`` for
+    significance tests. Keys are the metric names as asked (``ndcg@10``...)."""
+
+    aggregate: dict[str, float]
+    per_query: dict[str, dict[str, float]] = field(repr=False)
+    n_queries: int = 0
+
+    def to_json(self, path: str | Path | None = None, **extra) -> dict:
+        obj = {"metrics": self.aggregate, "n_queries": self.n_queries, **extra,
+               "per_query": self.per_query}
+        if path is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(json.dumps(obj, indent=1))
+        return obj
+
+
+def evaluate_run(qrels: Mapping[str, Mapping[str, int]], run: Run, metrics: Sequence[str] = DEFAULT_METRICS,
+                 ignore_identical_ids: bool = False) -> EvalResult:
+    """Score ``run`` against ``qrels`` with pytrec_eval.
+
+    Queries judged in ``qrels`` but absent from ``run`` score 0 (as trec_eval -c does), so
+    a retriever cannot gain by dropping hard queries. ``ignore_identical_ids`` removes
+    documents whose id equals the query id (ArguAna, Quora). MRR@k truncates the ranking
+    at k before pytrec_eval's reciprocal rank.
+    """
+    import pytrec_eval
+
+    if ignore_identical_ids:
+        run = remove_self_matches(run)
+    qrels = {str(q): {str(d): int(g) for d, g in docs.items()} for q, docs in qrels.items() if docs}
+    if not qrels:
+        raise ValueError("no judged queries to evaluate")
+    run = {q: {d: float(s) for d, s in run.get(q, {}).items()} for q in qrels}
+    # group metrics by the ranking they are computed on: MRR@k needs the run cut at k
+    groups: dict[int | None, list[tuple[str, str, str]]] = {}
+    for orig in metrics:
+        name, k = _parse(orig)
+        trec = _NAMES[name][0]
+        if name == "mrr":
+            groups.setdefault(k, []).append((orig, "recip_rank", "recip_rank"))
+        else:
+            measure, key = (f"{trec}.{k}", f"{trec}_{k}") if k else (trec, trec)
+            groups.setdefault(None, []).append((orig, measure, key))
+    per_query: dict[str, dict[str, float]] = {m: {} for m in metrics}
+    for cut, triples in groups.items():
+        r = top_k_run(run, cut) if cut else run
+        ev = pytrec_eval.RelevanceEvaluator(qrels, {measure for _, measure, _ in triples})
+        # pytrec_eval skips queries with an empty ranking: they score 0
+        scored = ev.evaluate({q: (docs if docs else {"__none__": 0.0}) for q, docs in r.items()})
+        for orig, _, key in triples:
+            for q in qrels:
+                per_query[orig][q] = float(scored.get(q, {}).get(key, 0.0))
+    aggregate = {m: float(np.mean(list(per_query[m].values()))) for m in metrics}
+    return EvalResult(aggregate, per_query, n_queries=len(qrels))
+
+
+def paired_ttest(a: EvalResult, b: EvalResult, metric: str = "ndcg@10") -> tuple[float, float]:
+    """Two-sided paired t-test on per-query ``metric`` over the queries both results share
+    (the † of the papers' tables). Returns ``(t, p)``; ``(0, 1)`` when the runs agree."""
+    from scipy.stats import ttest_rel
+
+    qs = sorted(set(a.per_query[metric]) & set(b.per_query[metric]))
+    if len(qs) < 2:
+        raise ValueError("a paired t-test needs at least two shared queries")
+    x = np.array([a.per_query[metric][q] for q in qs])
+    y = np.array([b.per_query[metric][q] for q in qs])
+    if np.allclose(x, y):
+        return 0.0, 1.0
+    t, p = ttest_rel(x, y)
+    return float(t), float(p) if not math.isnan(p) else 1.0
+
+
+def format_table(rows: Mapping[str, Mapping[str, float]], metrics: Sequence[str] = DEFAULT_METRICS) -> str:
+    """A Markdown table: one row per system, one column per metric."""
+    head = "| system | " + " | ".join(metric_label(m) for m in metrics) + " |"
+    sep = "|---|" + "---:|" * len(metrics)
+    lines = [head, sep]
+    for name, agg in rows.items():
+        lines.append(f"| {name} | " + " | ".join(f"{agg[m]:.4f}" if m in agg else "" for m in metrics) + " |")
+    return "\n".join(lines)
+
+
+def evaluate_model(encoder, data, *, top_k: int = 1000, metrics: Sequence[str] = DEFAULT_METRICS,
+                   batch_size: int = 32, ignore_identical_ids: bool | None = None,
+                   show_progress_bar: bool | None = True, index_kwargs: Mapping | None = None):
+    """Encode ``data``'s corpus with ``encoder``, retrieve its judged queries, evaluate.
+
+    Dense or sparse retrieval is chosen by ``encoder.output_is_sparse``. Self-matches are
+    removed for datasets that need it unless ``ignore_identical_ids`` says otherwise.
+    Returns ``(EvalResult, run)``.
+    """
+    from .retrieval.search import build_index, search
+
+    if ignore_identical_ids is None:
+        ignore_identical_ids = data.ignore_identical_ids
+    queries = data.split_queries()
+    index = build_index(encoder, data.doc_ids(), data.doc_texts(), batch_size=batch_size,
+                        show_progress_bar=show_progress_bar, **(index_kwargs or {}))
+    # retrieve one more so that removing a self-match still leaves top_k documents
+    run = search(encoder, index, queries, top_k=top_k + int(ignore_identical_ids), batch_size=batch_size)
+    if ignore_identical_ids:
+        run = top_k_run(remove_self_matches(run), top_k)
+    return evaluate_run(data.qrels, run, metrics, ignore_identical_ids=False), run

@@ -1,0 +1,55 @@
+"""Encoders of the suite. ``load_encoder`` opens any saved encoder folder or Hub id."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+__all__ = ["load_encoder", "DenseEncoder"]
+
+
+def __getattr__(name):
+    if name == "DenseEncoder":
+        from .dense import DenseEncoder
+
+        return DenseEncoder
+    raise AttributeError(name)
+
+
+def _config(path: str) -> dict:
+    p = Path(path) / "config.json"
+    if p.is_file():
+        return json.loads(p.read_text())
+    try:
+        from huggingface_hub import hf_hub_download
+
+        return json.loads(Path(hf_hub_download(path, "config.json")).read_text())
+    except Exception:
+        return {}
+
+
+def load_encoder(path_or_id: str | os.PathLike, kind: str = "auto", **kwargs):
+    """Load an encoder for retrieval.
+
+    * a folder saved by a model of the suite (its config has ``auto_map``) loads with
+      ``AutoModel.from_pretrained(..., trust_remote_code=True)``;
+    * ``kind="sparse"`` (or a ``*ForMaskedLM`` checkpoint asked for as sparse) wraps the MLM
+      checkpoint as a plain SPLADE model (``SPLADECAI.from_backbone``);
+    * anything else is a :class:`DenseEncoder` (sentence-transformers settings honoured).
+    """
+    path_or_id = str(path_or_id)
+    cfg = _config(path_or_id)
+    if "auto_map" in cfg and "AutoModel" in cfg["auto_map"]:
+        from transformers import AutoModel
+
+        return AutoModel.from_pretrained(path_or_id, trust_remote_code=True, **kwargs)
+    if kind == "sparse":
+        from .splade import SPLADECAI
+
+        return SPLADECAI.from_backbone(path_or_id, **kwargs)
+    if kind not in ("auto", "dense"):
+        raise ValueError(f"unknown encoder kind {kind!r}: use auto, dense or sparse")
+    from .dense import DenseEncoder
+
+    return DenseEncoder.from_pretrained(path_or_id, **kwargs)

@@ -1,0 +1,125 @@
+"""The generic dense encoder: any Hugging Face / sentence-transformers checkpoint.
+
+This is the baseline every method is compared with. Pooling and normalisation are read
+from a sentence-transformers folder (``modules.json``, ``1_Pooling/config.json``,
+``sentence_bert_config.json``) when present, else given explicitly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import AutoModel, AutoTokenizer
+
+from ..encoding import EncoderMixin
+
+__all__ = ["DenseEncoder", "pool"]
+
+_CONFIG_NAME = "hf_dr_dense.json"
+
+
+def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """``mean`` (masked average), ``cls`` (first token) or ``max`` pooling of ``[B, L, d]``."""
+    if pooling == "cls":
+        return hidden[:, 0]
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    if pooling == "mean":
+        return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+    if pooling == "max":
+        return hidden.masked_fill(mask == 0, torch.finfo(hidden.dtype).min).max(1).values
+    raise ValueError(f"unknown pooling {pooling!r}: use mean, cls or max")
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _st_settings(path: str) -> dict:
+    """Pooling / normalisation / max length of a local sentence-transformers folder (or Hub id)."""
+    p = Path(path)
+    if not p.is_dir():
+        try:
+            from huggingface_hub import snapshot_download
+
+            p = Path(snapshot_download(path, allow_patterns=["*.json"]))
+        except Exception:  # no Hub: fall back to explicit arguments / defaults
+            return {}
+    out: dict = {}
+    own = _read_json(p / _CONFIG_NAME)
+    if own:
+        return own
+    modules = _read_json(p / "modules.json")
+    if isinstance(modules, list):
+        for m in modules:
+            t = m.get("type", "")
+            if t.endswith("Pooling"):
+                pc = _read_json(p / m.get("path", "") / "config.json")
+                if pc.get("pooling_mode_cls_token"):
+                    out["pooling"] = "cls"
+                elif pc.get("pooling_mode_max_tokens"):
+                    out["pooling"] = "max"
+                elif pc.get("pooling_mode_mean_tokens"):
+                    out["pooling"] = "mean"
+            if t.endswith("Normalize"):
+                out["normalize"] = True
+        out.setdefault("normalize", False)
+    sb = _read_json(p / "sentence_bert_config.json")
+    if "max_seq_length" in sb:
+        out["max_length"] = int(sb["max_seq_length"])
+    return out
+
+
+class DenseEncoder(nn.Module, EncoderMixin):
+    """A bi-encoder over any ``AutoModel`` backbone: pooling + optional L2 normalisation
+    (cosine), scored by inner product.
+
+    ``DenseEncoder.from_pretrained("sentence-transformers/all-MiniLM-L6-v2")`` reads mean
+    pooling, normalisation and max length 256 from the folder, as sentence-transformers does.
+    """
+
+    def __init__(self, backbone: nn.Module, tokenizer, pooling: str = "mean", normalize: bool = False,
+                 max_length: int = 512, max_query_length: int | None = None):
+        super().__init__()
+        self.backbone = backbone
+        self.tokenizer = tokenizer
+        self.pooling = pooling
+        self.normalize = normalize
+        self.max_doc_length = max_length
+        self.max_query_length = max_query_length or max_length
+        self.config = backbone.config
+
+    @classmethod
+    def from_pretrained(cls, path_or_id: str | os.PathLike, pooling: str | None = None,
+                        normalize: bool | None = None, max_length: int | None = None,
+                        max_query_length: int | None = None, **model_kwargs) -> DenseEncoder:
+        path_or_id = str(path_or_id)
+        st = _st_settings(path_or_id)
+        tokenizer = AutoTokenizer.from_pretrained(path_or_id)
+        backbone = AutoModel.from_pretrained(path_or_id, **model_kwargs)
+        max_length = max_length or st.get("max_length") or min(512, getattr(tokenizer, "model_max_length", 512) or 512)
+        return cls(backbone, tokenizer, pooling=pooling or st.get("pooling", "mean"),
+                   normalize=st.get("normalize", False) if normalize is None else normalize,
+                   max_length=max_length, max_query_length=max_query_length or st.get("max_query_length"))
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, is_query: bool = False) -> torch.Tensor:
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        emb = pool(hidden, attention_mask, self.pooling)
+        return nn.functional.normalize(emb, dim=-1) if self.normalize else emb
+
+    def save_pretrained(self, save_directory: str | os.PathLike, **kwargs) -> None:
+        """Save backbone, tokenizer and the pooling settings (re-read by ``from_pretrained``)."""
+        save_directory = Path(save_directory)
+        save_directory.mkdir(parents=True, exist_ok=True)
+        kwargs.pop("state_dict", None)
+        self.backbone.save_pretrained(save_directory, **kwargs)
+        self.tokenizer.save_pretrained(save_directory)
+        (save_directory / _CONFIG_NAME).write_text(json.dumps(
+            {"pooling": self.pooling, "normalize": self.normalize, "max_length": self.max_doc_length,
+             "max_query_length": self.max_query_length}, indent=1))

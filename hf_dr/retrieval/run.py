@@ -1,0 +1,57 @@
+"""The Run: ``dict[qid, dict[docid, score]]`` (pytrec_eval's shape), and TREC run files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+Run = dict[str, dict[str, float]]
+
+__all__ = ["Run", "write_trec_run", "read_trec_run", "top_k_run", "run_from_scores", "remove_self_matches"]
+
+
+def write_trec_run(run: Run, path: str | os.PathLike, tag: str = "hf-dr", top_k: int | None = None) -> Path:
+    """Write ``qid Q0 docid rank score tag`` lines, each query sorted by descending score."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for qid, docs in run.items():
+            ranked = sorted(docs.items(), key=lambda x: (-x[1], x[0]))
+            if top_k is not None:
+                ranked = ranked[:top_k]
+            for rank, (did, score) in enumerate(ranked, 1):
+                f.write(f"{qid} Q0 {did} {rank} {score:.6f} {tag}\n")
+    return path
+
+
+def read_trec_run(path: str | os.PathLike) -> Run:
+    run: Run = {}
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            parts = line.split()
+            if not parts:
+                continue
+            if len(parts) != 6:
+                raise ValueError(f"{path}:{lineno}: a TREC run line has 6 fields (qid Q0 docid rank score tag), got {len(parts)}")
+            run.setdefault(parts[0], {})[parts[2]] = float(parts[4])
+    return run
+
+
+def run_from_scores(scores: np.ndarray, indices: np.ndarray, query_ids, doc_ids) -> Run:
+    """Turn ``[n_q, k]`` score / doc-index matrices into a Run (index -1 = no hit, skipped)."""
+    doc_ids = list(doc_ids)
+    run: Run = {}
+    for qid, srow, irow in zip(query_ids, scores, indices):
+        run[str(qid)] = {doc_ids[i]: float(s) for s, i in zip(srow, irow) if i >= 0}
+    return run
+
+
+def top_k_run(run: Run, k: int) -> Run:
+    return {q: dict(sorted(d.items(), key=lambda x: -x[1])[:k]) for q, d in run.items()}
+
+
+def remove_self_matches(run: Run) -> Run:
+    """Drop documents whose id equals the query id (BEIR's ``ignore_identical_ids``)."""
+    return {q: {d: s for d, s in docs.items() if d != q} for q, docs in run.items()}
