@@ -11,8 +11,11 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+import os
+
 import torch
-from transformers import Trainer, TrainingArguments
+from transformers import PreTrainedModel, Trainer, TrainingArguments
+from transformers.trainer import TRAINING_ARGS_NAME
 
 from .objectives import ContrastiveObjective
 
@@ -57,8 +60,33 @@ class RetrievalTrainer(Trainer):
             self._objective_logs.clear()
         super().log(logs, *args, **kwargs)
 
+    # Encoders that are plain nn.Modules (DenseEncoder) save and reload themselves through
+    # save_pretrained / load_weights, so checkpoints are loadable folders and resume works.
+    def _plain_encoder(self, model=None):
+        m = self.accelerator.unwrap_model(model if model is not None else self.model)
+        return m if not isinstance(m, PreTrainedModel) and hasattr(m, "load_weights") else None
+
     def _save(self, output_dir=None, state_dict=None):
-        super()._save(output_dir, state_dict=state_dict)
-        tok = getattr(self.model, "tokenizer", None)
+        output_dir = output_dir or self.args.output_dir
+        plain = self._plain_encoder()
+        if plain is not None:
+            os.makedirs(output_dir, exist_ok=True)
+            plain.save_pretrained(output_dir)
+            torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
+        else:
+            super()._save(output_dir, state_dict=state_dict)
+        tok = getattr(self.accelerator.unwrap_model(self.model), "tokenizer", None)
         if tok is not None and self.processing_class is None:
-            tok.save_pretrained(output_dir or self.args.output_dir)
+            tok.save_pretrained(output_dir)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        plain = self._plain_encoder(model)
+        if plain is None:
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
+        plain.load_weights(resume_from_checkpoint)
+
+    def _load_best_model(self):
+        plain = self._plain_encoder()
+        if plain is None:
+            return super()._load_best_model()
+        plain.load_weights(self.state.best_model_checkpoint)

@@ -113,6 +113,16 @@ class DenseEncoder(nn.Module, EncoderMixin):
         emb = pool(hidden, attention_mask, self.pooling)
         return nn.functional.normalize(emb, dim=-1) if self.normalize else emb
 
+    def load_weights(self, directory: str | os.PathLike) -> None:
+        """Load backbone weights saved by :meth:`save_pretrained` (Trainer resume / best model)."""
+        from safetensors.torch import load_file
+
+        state = load_file(str(Path(directory) / "model.safetensors"))
+        missing, unexpected = self.backbone.load_state_dict(state, strict=False)
+        missing = [k for k in missing if k not in getattr(self.backbone, "_tied_weights_keys", {}) or ()]
+        if unexpected or missing:
+            raise ValueError(f"{directory}: weights do not fit this encoder (missing {missing[:3]}, unexpected {unexpected[:3]})")
+
     def save_pretrained(self, save_directory: str | os.PathLike, **kwargs) -> None:
         """Save backbone, tokenizer and the pooling settings (re-read by ``from_pretrained``)."""
         save_directory = Path(save_directory)

@@ -1,0 +1,47 @@
+"""Shared helpers of the benchmark scripts: where results go and how rows are recorded.
+
+Every benchmark writes ``benchmarks/results/<name>.json``: a list of rows
+``{table, dataset, system, command, metrics, ...}``. ``render_readme.py`` turns them into
+the README's tables (pyserini-2CR style), and ``tests/test_readme_tables.py`` checks that
+the README shows exactly what the result files hold.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SHARED = Path(os.environ.get("HF_DR_SHARED", Path(__file__).resolve().parent.parent.parent / "shared"))
+
+
+def command_line() -> str:
+    """The command that is running, as a user would type it from the repo root."""
+    argv = [Path(sys.argv[0]).as_posix()] + sys.argv[1:]
+    rel = os.path.relpath(argv[0], Path(__file__).resolve().parent.parent)
+    return "python " + " ".join(shlex.quote(a) for a in [rel] + argv[1:])
+
+
+def machine() -> str:
+    import torch
+
+    dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU x{os.cpu_count()}"
+    return f"{platform.machine()} {dev}, torch {torch.__version__}"
+
+
+def save_rows(name: str, rows: list[dict], merge_key=("table", "dataset", "system")) -> Path:
+    """Write (or update, row by row) ``results/<name>.json``."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    old = json.loads(path.read_text()) if path.is_file() else []
+    key = lambda r: tuple(r.get(k) for k in merge_key)  # noqa: E731
+    new_keys = {key(r) for r in rows}
+    stamp = time.strftime("%Y-%m-%d")
+    merged = [r for r in old if key(r) not in new_keys] + [{**r, "date": r.get("date", stamp)} for r in rows]
+    path.write_text(json.dumps(merged, indent=1) + "\n")
+    return path

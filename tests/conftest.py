@@ -1,0 +1,56 @@
+"""Shared fixtures: tiny random models built from configs, and paths to the real data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("HF_DR_SHARED", REPO.parent / "shared"))
+DATA = SHARED / "data"
+MODELS = SHARED / "models"
+MINILM = MODELS / "all-MiniLM-L6-v2"
+SPLADE_TINY = MODELS / "splade-tiny"
+SAMPLE = REPO / "hf_dr" / "data" / "sample" / "scifact-mini"
+
+
+def need(path: Path) -> Path:
+    """Skip (with the reason) when the shared real data / weights are not beside the repo."""
+    if not path.exists():
+        pytest.skip(f"{path} not present (real data/weights live in ../shared)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tmp_path_factory):
+    """A real WordPiece tokenizer (the bert-base-uncased vocabulary of the sample models when
+    present, else a small one trained on the bundled sample)."""
+    from transformers import AutoTokenizer, BertTokenizerFast
+
+    if SPLADE_TINY.exists():
+        return AutoTokenizer.from_pretrained(SPLADE_TINY)
+    from tokenizers import BertWordPieceTokenizer
+
+    tok = BertWordPieceTokenizer(lowercase=True)
+    tok.train([str(SAMPLE / "corpus.jsonl")], vocab_size=2000)
+    d = tmp_path_factory.mktemp("tok")
+    tok.save_model(str(d))
+    return BertTokenizerFast(str(d / "vocab.txt"))
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory, tiny_tokenizer):
+    """A tiny random BertForMaskedLM (2 layers, hidden 32) saved with its tokenizer."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=len(tiny_tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=128)
+    model = BertForMaskedLM(cfg)
+    d = tmp_path_factory.mktemp("tiny_bert")
+    model.save_pretrained(d)
+    tiny_tokenizer.save_pretrained(d)
+    return d

@@ -1,0 +1,89 @@
+import json
+
+import pytest
+
+from hf_dr.data import BeirFormatError, load_beir, load_qrels, save_beir
+
+from .conftest import DATA, SAMPLE, need
+
+
+def write(d, corpus=None, queries=None, qrels=None):
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "corpus.jsonl").write_text(corpus if corpus is not None else
+                                    '{"_id": "d1", "title": "T", "text": "x"}\n{"_id": "d2", "text": "y"}\n')
+    (d / "queries.jsonl").write_text(queries if queries is not None else '{"_id": "q1", "text": "query"}\n')
+    (d / "qrels").mkdir(exist_ok=True)
+    (d / "qrels" / "test.tsv").write_text(qrels if qrels is not None else "query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    return d
+
+
+def test_load_sample_and_title_joining():
+    data = load_beir(SAMPLE)
+    assert len(data.corpus) == 500 and len(data.qrels) == 50
+    assert set(data.corpus.column_names) == {"_id", "title", "text"}
+    row = data.corpus[0]
+    assert data.doc_texts()[0] == (row["title"] + " " + row["text"]).strip()
+    assert set(data.split_queries()) == set(data.qrels)
+
+
+def test_round_trip(tmp_path):
+    data = load_beir(SAMPLE)
+    save_beir(data, tmp_path / "copy")
+    again = load_beir(tmp_path / "copy")
+    assert again.corpus.to_list() == data.corpus.to_list()
+    assert again.queries.to_list() == data.queries.to_list()
+    assert again.qrels == data.qrels
+
+
+def test_crlf_qrels_and_trec_qrels(tmp_path):
+    d = write(tmp_path / "b", qrels="query-id\tcorpus-id\tscore\r\nq1\td1\t1\r\nq1\td2\t0\r\n")
+    assert load_beir(d).qrels == {"q1": {"d1": 1, "d2": 0}}
+    (tmp_path / "trec.txt").write_text("q1 0 d1 2\nq1 0 d2 0\n")
+    assert load_qrels(tmp_path / "trec.txt") == {"q1": {"d1": 2, "d2": 0}}
+
+
+def test_real_crlf_qrels_parse():
+    scifact = need(DATA / "scifact")
+    data = load_beir(scifact, split="train")
+    assert len(data.qrels) == 809
+    assert all("\r" not in d for docs in data.qrels.values() for d in docs)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"corpus": '{"_id": "d1", "text": "x"}\n{"_id": "d2", "text": \n'}, "corpus.jsonl:2: malformed JSON"),
+    ({"corpus": '{"_id": "d1", "title": "no text"}\n'}, "corpus.jsonl:1: missing column(s) ['text']"),
+    ({"corpus": '{"_id": "d1", "text": "x"}\n{"_id": "d1", "text": "y"}\n'}, "corpus.jsonl:2: duplicate _id 'd1'"),
+    ({"corpus": "\n"}, "corpus is empty"),
+    ({"queries": '{"text": "no id"}\n'}, "queries.jsonl:1: missing column(s) ['_id']"),
+    ({"qrels": "query-id\tcorpus-id\tscore\nq1\td1\n"}, "test.tsv:2: expected 3 tab-separated fields"),
+    ({"qrels": "query-id\tcorpus-id\tscore\nq1\td1\thigh\n"}, "test.tsv:2: score 'high' is not a number"),
+])
+def test_bad_input_names_file_and_line(tmp_path, kwargs, message):
+    d = write(tmp_path / "bad", **kwargs)
+    with pytest.raises(BeirFormatError) as e:
+        load_beir(d)
+    assert message in str(e.value)
+
+
+def test_unknown_ids_in_qrels_are_counted(tmp_path):
+    d = write(tmp_path / "u", qrels="query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\tnope\t1\nq9\td2\t1\n")
+    with pytest.warns(UserWarning, match="1 judgment.*missing from the corpus and 1 name unknown queries"):
+        data = load_beir(d)
+    assert data.n_unknown_qrels == 2
+
+
+def test_not_a_beir_folder(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(BeirFormatError, match="corpus.jsonl is missing"):
+        load_beir(tmp_path / "empty")
+    with pytest.raises(BeirFormatError, match="splits available: \\['test'\\]"):
+        load_beir(write(tmp_path / "s"), split="dev")
+    with pytest.raises(BeirFormatError, match="no such BEIR folder"):
+        load_beir(tmp_path / "missing" / "deeper")
+
+
+def test_self_match_flag():
+    assert load_beir(SAMPLE).ignore_identical_ids is False
+    arguana = need(DATA / "arguana")
+    with pytest.warns(UserWarning):
+        assert load_beir(arguana).ignore_identical_ids is True

@@ -1,0 +1,91 @@
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from hf_dr.encoding import EncoderMixin, doc_to_text, encode
+from hf_dr.models.dense import DenseEncoder, pool
+
+from .conftest import MINILM, need
+
+TEXTS = ["short", "a somewhat longer text with more tokens in it", "medium length text here", "x y z w",
+         "the longest text of all of these texts, by quite a margin, with many many words"]
+
+
+class Recorder:
+    """A fake forward that records batch widths and returns per-row features."""
+
+    def __init__(self):
+        self.widths = []
+
+    def __call__(self, ids, mask):
+        self.widths.append(ids.shape[1])
+        return torch.stack([mask.sum(1).float(), ids[:, 1].float()], dim=1)
+
+
+def test_length_sorted_batches_restored_to_input_order(tiny_tokenizer):
+    rec = Recorder()
+    out = encode(TEXTS, tiny_tokenizer, rec, batch_size=2, max_length=64)
+    lengths = [len(tiny_tokenizer(t)["input_ids"]) for t in TEXTS]
+    assert out.dtype == np.float32 and out.shape == (5, 2)
+    assert out[:, 0].tolist() == lengths  # row i is text i's own length: order restored
+    assert rec.widths == sorted(rec.widths, reverse=True)  # longest batch first
+    assert rec.widths[0] == max(lengths)
+    assert out[:, 1].tolist() == [tiny_tokenizer(t)["input_ids"][1] for t in TEXTS]
+
+
+def test_truncation_sparse_output_and_errors(tiny_tokenizer):
+    rec = Recorder()
+    out = encode(TEXTS, tiny_tokenizer, rec, batch_size=8, max_length=5)
+    assert out[:, 0].max() == 5
+
+    def dense_vocab(ids, mask):
+        v = torch.zeros(ids.shape[0], 50)
+        v[torch.arange(ids.shape[0]), ids[:, 1] % 50] = 1.0 + mask.sum(1).float()
+        return v
+
+    csr = encode(TEXTS, tiny_tokenizer, dense_vocab, batch_size=2, sparse=True)
+    ref = encode(TEXTS, tiny_tokenizer, dense_vocab, batch_size=2)
+    assert isinstance(csr, sp.csr_matrix) and csr.shape == (5, 50) and csr.dtype == np.float32
+    assert np.array_equal(csr.toarray(), ref) and csr.nnz == 5
+    with pytest.raises(ValueError, match="empty"):
+        encode([], tiny_tokenizer, rec)
+    with pytest.raises(TypeError, match="single string"):
+        encode("abc", tiny_tokenizer, rec)
+    with pytest.raises(TypeError, match="input 1 is NoneType"):
+        encode(["a", None], tiny_tokenizer, rec)
+
+
+def test_doc_to_text_is_beir_joining():
+    assert doc_to_text({"title": "T", "text": "body"}) == "T body"
+    assert doc_to_text({"title": "", "text": "body"}) == "body"
+    assert doc_to_text("plain") == "plain"
+
+
+def test_pooling():
+    h = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]]])
+    m = torch.tensor([[1, 1, 0]])
+    assert pool(h, m, "mean").tolist() == [[2.0, 3.0]]
+    assert pool(h, m, "cls").tolist() == [[1.0, 2.0]]
+    assert pool(h, m, "max").tolist() == [[3.0, 4.0]]
+
+
+def test_dense_encoder_equals_sentence_transformers():
+    path = need(MINILM)
+    from sentence_transformers import SentenceTransformer
+
+    enc = DenseEncoder.from_pretrained(path)
+    assert (enc.pooling, enc.normalize, enc.max_doc_length) == ("mean", True, 256)
+    st = SentenceTransformer(str(path), device="cpu")
+    ours = enc.encode_corpus([{"title": "", "text": t} for t in TEXTS], batch_size=2)
+    theirs = st.encode(TEXTS, batch_size=2)
+    assert np.allclose(ours, theirs, atol=1e-5)
+    assert np.allclose(enc.encode_queries(TEXTS[:2]), theirs[:2], atol=1e-5)
+
+
+def test_mixin_restores_training_mode(tiny_bert_dir):
+    enc = DenseEncoder.from_pretrained(tiny_bert_dir, pooling="cls")
+    enc.train()
+    e = enc.encode_queries(["hello world"])
+    assert enc.training and e.shape == (1, 32)
+    assert isinstance(enc, EncoderMixin)

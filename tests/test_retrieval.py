@@ -1,0 +1,115 @@
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from hf_dr.data import load_beir
+from hf_dr.retrieval import (BM25Index, DenseIndex, SparseIndex, fuse, read_trec_run, remove_self_matches,
+                             write_trec_run)
+
+from .conftest import DATA, SAMPLE, need
+
+DOCS = {"a": "the cat sat on the mat", "b": "dogs chase cats in the park", "c": "quantum chromodynamics of quarks",
+        "d": "a cat and a cat and a cat"}
+
+
+def test_bm25_ranks_term_frequency_and_handles_no_overlap():
+    idx = BM25Index(list(DOCS), list(DOCS.values()), stemmer=None)
+    run = idx.search({"q1": "cat", "q2": "quarks", "q3": "zebra xylophone"}, top_k=10)
+    assert list(run["q1"])[:2] == ["d", "a"]  # tf = 3 beats tf = 1 (bm25s scores real term frequency)
+    assert list(run["q2"]) == ["c"]  # documents without the term are not hits
+    assert run["q3"] == {}
+    stemmed = BM25Index(list(DOCS), list(DOCS.values()), stemmer="english").search({"q": "cats"}, top_k=10)
+    assert set(stemmed["q"]) == {"a", "b", "d"}
+
+
+def test_bm25_known_top1_on_sample():
+    data = load_beir(SAMPLE)
+    run = BM25Index.from_beir(data).search(data.split_queries(), top_k=10)
+    hits = sum(next(iter(run[q])) in data.qrels[q] for q in data.qrels)
+    assert hits >= 30  # BM25 puts a relevant abstract first for most SciFact claims
+    q = "1"
+    assert data.split_queries()[q].startswith("0-dimensional biomaterials")
+    assert next(iter(run[q])) in data.qrels[q] or len(run[q]) == 10
+
+
+def test_dense_index_exact_and_approximate():
+    rng = np.random.default_rng(0)
+    D = rng.normal(size=(300, 16)).astype(np.float32)
+    Q = rng.normal(size=(5, 16)).astype(np.float32)
+    ids = [f"d{i}" for i in range(300)]
+    run = DenseIndex(D, ids).search(Q, [f"q{i}" for i in range(5)], top_k=7)
+    for i in range(5):
+        scores = D @ Q[i]
+        want = [ids[j] for j in np.argsort(-scores)[:7]]
+        assert list(run[f"q{i}"]) == want
+        assert np.allclose(list(run[f"q{i}"].values()), np.sort(scores)[::-1][:7], atol=1e-5)
+    hnsw = DenseIndex(D, ids, index_type="hnsw").search(Q, [f"q{i}" for i in range(5)], top_k=7)
+    overlap = np.mean([len(set(hnsw[q]) & set(run[q])) / 7 for q in run])
+    assert overlap > 0.8
+    ivf = DenseIndex(D, ids, index_type="ivfpq", nlist=4, pq_m=4, nprobe=4)
+    assert len(ivf.search(Q, [f"q{i}" for i in range(5)], top_k=7)["q0"]) == 7
+    with pytest.raises(ValueError, match="query embeddings must be"):
+        DenseIndex(D, ids).search(Q[:, :3], ["q"] * 5)
+    with pytest.raises(ValueError, match="unknown index_type"):
+        DenseIndex(D, ids, index_type="lsh")
+
+
+def test_sparse_index_equals_dense_product_in_chunks():
+    rng = np.random.default_rng(1)
+    D = sp.random(500, 1000, density=0.01, random_state=1, format="csr", dtype=np.float32)
+    Q = sp.random(9, 1000, density=0.02, random_state=2, format="csr", dtype=np.float32)
+    ids = [str(i) for i in range(500)]
+    idx = SparseIndex(D, ids)
+    run = idx.search(Q, [f"q{i}" for i in range(9)], top_k=20, chunk_size=4)
+    full = (Q @ D.T).toarray()
+    for i in range(9):
+        nz = np.flatnonzero(full[i] > 0)
+        want = nz[np.argsort(-full[i][nz], kind="stable")][:20]
+        got = [int(d) for d in run[f"q{i}"]]
+        assert np.allclose(sorted(full[i][want]), sorted(full[i][got]))
+        assert np.allclose(list(run[f"q{i}"].values()), full[i][got])
+    del rng
+
+
+def test_fusion_methods():
+    a = {"q": {"x": 10.0, "y": 5.0, "z": 0.0}}
+    b = {"q": {"y": 1.0, "w": 0.5}}
+    s = fuse([a, b], method="sum", missing="zero")["q"]
+    assert s == {"x": 10.0, "y": 6.0, "z": 0.0, "w": 0.5}
+    mm = fuse([a, b], method="minmax", missing="zero")["q"]
+    assert mm["y"] == pytest.approx(0.5 + 1.0) and mm["x"] == pytest.approx(1.0) and mm["w"] == pytest.approx(0.0)
+    z = fuse([a, b], method="zscore", weights=[1.0, 0.0])["q"]
+    va = np.array([10.0, 5.0, 0.0])
+    assert z["x"] == pytest.approx((10 - va.mean()) / va.std())
+    rrf = fuse([a, b], method="rrf", rrf_k=60)["q"]
+    assert rrf["y"] == pytest.approx(1 / 62 + 1 / 61)
+    assert max(rrf, key=rrf.get) == "y"
+    with pytest.raises(ValueError):
+        fuse([a, b], weights=[1.0])
+
+
+def test_trec_round_trip_and_self_matches(tmp_path):
+    run = {"q1": {"d1": 1.5, "q1": 9.0, "d2": 0.25}, "q2": {"d3": -1.0}}
+    p = write_trec_run(run, tmp_path / "run.trec", tag="t")
+    lines = p.read_text().splitlines()
+    assert lines[0] == "q1 Q0 q1 1 9.000000 t"
+    assert read_trec_run(p) == run
+    assert remove_self_matches(run)["q1"] == {"d1": 1.5, "d2": 0.25}
+    (tmp_path / "bad.trec").write_text("q1 Q0 d1 1\n")
+    with pytest.raises(ValueError, match="bad.trec:1"):
+        read_trec_run(tmp_path / "bad.trec")
+
+
+def test_self_match_removal_changes_arguana_scores():
+    from hf_dr.evaluation import evaluate_run
+
+    with pytest.warns(UserWarning):
+        data = load_beir(need(DATA / "arguana"))
+    qids = list(data.qrels)[:200]
+    queries = {q: data.split_queries()[q] for q in qids}
+    run = BM25Index.from_beir(data).search(queries, top_k=100)
+    qrels = {q: data.qrels[q] for q in qids}
+    kept = evaluate_run(qrels, run).aggregate["ndcg@10"]
+    removed = evaluate_run(qrels, run, ignore_identical_ids=True).aggregate["ndcg@10"]
+    assert sum(q in run[q] for q in qids) > 150  # the query itself is usually BM25's top hit
+    assert removed > kept + 0.05

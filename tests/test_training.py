@@ -1,0 +1,66 @@
+import torch
+from datasets import Dataset
+
+from hf_dr.data import RetrievalCollator
+from hf_dr.losses import contrastive_loss, margin_mse_loss
+from hf_dr.models.dense import DenseEncoder
+from hf_dr.objectives import ContrastiveObjective, MarginMSEObjective, get_objective
+from hf_dr.training import RetrievalTrainer, RetrievalTrainingArguments
+
+ROWS = [{"query": f"what is topic {w}", "pos": f"{w} is a topic about {w} things", "neg": [f"unrelated {v} text"],
+         "scores": [5.0, 1.0]} for w, v in zip(["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"],
+                                                ["one", "two", "three", "four", "five", "six", "seven", "eight"])]
+
+
+def test_contrastive_loss_formula():
+    q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    d = torch.tensor([[1.0, 0.0], [0.5, 0.5], [0.0, 1.0], [0.0, 0.0]])
+    t = torch.tensor([0, 2])
+    s = q @ d.T
+    want = -(torch.log_softmax(s, 1)[0, 0] + torch.log_softmax(s, 1)[1, 2]) / 2
+    assert torch.isclose(contrastive_loss(q, d, t), want)
+    assert torch.isclose(margin_mse_loss(torch.tensor([3.0]), torch.tensor([1.0]), torch.tensor([5.0]),
+                                         torch.tensor([4.0])), torch.tensor(1.0))
+
+
+def test_collator_layout(tiny_tokenizer):
+    batch = RetrievalCollator(tiny_tokenizer, 16, 32)(ROWS[:3])
+    assert batch["query_input_ids"].shape[0] == 3 and batch["doc_input_ids"].shape[0] == 6
+    assert batch["teacher_scores"].tolist() == [[5.0, 1.0]] * 3
+    second_pos = tiny_tokenizer.decode(batch["doc_input_ids"][2], skip_special_tokens=True)
+    assert second_pos.startswith("beta")
+
+
+def test_trainer_lowers_loss_and_saves(tiny_bert_dir, tmp_path):
+    torch.manual_seed(0)
+    enc = DenseEncoder.from_pretrained(tiny_bert_dir, pooling="mean")
+    collator = RetrievalCollator(enc.tokenizer, 16, 32)
+    batch = collator(ROWS[:4])
+    obj = get_objective("contrastive", scale=1.0)
+    before = obj(enc, batch)[0].item()
+    args = RetrievalTrainingArguments(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4,
+                                      num_train_epochs=15, learning_rate=1e-3, logging_steps=5, save_strategy="no",
+                                      seed=0, use_cpu=True, disable_tqdm=True)
+    trainer = RetrievalTrainer(model=enc, args=args, train_dataset=Dataset.from_list(ROWS[:4]),
+                               data_collator=collator, objective=obj)
+    trainer.train()
+    enc.eval()
+    after = obj(enc, batch)[0].item()
+    assert after < before
+    assert any("contrastive_loss" in h for h in trainer.state.log_history)
+    trainer.save_model(str(tmp_path / "saved"))
+    again = DenseEncoder.from_pretrained(tmp_path / "saved")
+    assert again.pooling == "mean"
+    assert torch.allclose(torch.tensor(again.encode_queries(["what is topic beta"])),
+                          torch.tensor(enc.encode_queries(["what is topic beta"])), atol=1e-5)
+
+
+def test_margin_mse_objective(tiny_bert_dir):
+    enc = DenseEncoder.from_pretrained(tiny_bert_dir)
+    batch = RetrievalCollator(enc.tokenizer, 16, 32)(ROWS[:2])
+    loss, logs = MarginMSEObjective()(enc, batch)
+    q = enc(batch["query_input_ids"], batch["query_attention_mask"], is_query=True)
+    d = enc(batch["doc_input_ids"], batch["doc_attention_mask"]).view(2, 2, -1)
+    s = (q.unsqueeze(1) * d).sum(-1)
+    want = ((s[:, 0] - s[:, 1] - 4.0) ** 2).mean()
+    assert torch.isclose(loss, want, atol=1e-5) and "margin_mse_loss" in logs
