@@ -1,0 +1,114 @@
+"""Speed of the spine, each against a peer measured in the same run.
+
+1. Encoding: documents/s of hf-dr's encode loop (``DenseEncoder.encode_corpus``) vs
+   ``sentence_transformers.SentenceTransformer.encode`` on the same model, texts, batch size
+   and max length; reported as a ratio (best of ``--repeats`` alternating runs each).
+2. Search: queries/s of ``DenseIndex`` (faiss flat IP) and ``SparseIndex`` (splade-tiny
+   vectors) vs bm25s (``BM25Index``), top-1000 over the whole corpus, all queries.
+
+    python benchmarks/speed.py                        # SciFact, 1000 documents for encoding
+    python benchmarks/speed.py --n-docs 0             # the whole corpus
+
+Results: benchmarks/results/speed.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import SHARED, command_line, machine, save_rows  # noqa: E402
+
+
+def best_time(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dataset", default="scifact")
+    ap.add_argument("--model", default=str(SHARED / "models" / "all-MiniLM-L6-v2"))
+    ap.add_argument("--sparse-model", default=str(SHARED / "models" / "splade-tiny"))
+    ap.add_argument("--n-docs", type=int, default=1000, help="documents encoded (random, seed 0); 0 = all")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--skip", nargs="*", default=[], choices=["encode", "dense-search", "sparse-search"])
+    a = ap.parse_args()
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from hf_dr.data import load_beir
+    from hf_dr.models import load_encoder
+    from hf_dr.models.dense import DenseEncoder
+    from hf_dr.retrieval import BM25Index, DenseIndex, SparseIndex
+
+    data = load_beir(SHARED / "data" / a.dataset, split=None)
+    texts = data.doc_texts()
+    rows = []
+    base = {"table": "speed", "dataset": a.dataset, "command": command_line(), "machine": machine(),
+            "threads": torch.get_num_threads()}
+
+    if "encode" not in a.skip:
+        sample = texts if a.n_docs <= 0 else random.Random(0).sample(texts, min(a.n_docs, len(texts)))
+        ours = DenseEncoder.from_pretrained(a.model)
+        st = SentenceTransformer(a.model, device="cpu")
+        assert st.max_seq_length == ours.max_doc_length, (st.max_seq_length, ours.max_doc_length)
+        ours.encode_corpus(sample[:64], batch_size=a.batch_size)  # warm-up both
+        st.encode(sample[:64], batch_size=a.batch_size)
+        t_ours, t_st = [], []
+        for _ in range(a.repeats):  # alternate so drifts in machine load hit both
+            t_ours.append(best_time(lambda: ours.encode_corpus(sample, batch_size=a.batch_size, show_progress_bar=False), 1))
+            t_st.append(best_time(lambda: st.encode(sample, batch_size=a.batch_size, show_progress_bar=False), 1))
+        ours_dps, st_dps = len(sample) / min(t_ours), len(sample) / min(t_st)
+        print(f"encode: hf-dr {ours_dps:.1f} docs/s, sentence-transformers {st_dps:.1f} docs/s, "
+              f"ratio {ours_dps / st_dps:.2f}x", flush=True)
+        rows.append({**base, "system": "encode: hf-dr vs SentenceTransformer.encode (MiniLM, batch "
+                     f"{a.batch_size}, max_len {ours.max_doc_length}, {len(sample)} docs)",
+                     "metrics": {"hf_dr_docs_per_s": round(ours_dps, 2), "peer_docs_per_s": round(st_dps, 2),
+                                 "ratio": round(ours_dps / st_dps, 3)}})
+
+    queries = dict(zip(data.queries["_id"], data.queries["text"]))
+    qids, qtexts = list(queries), list(queries.values())
+    bm25 = BM25Index.from_beir(data)
+    bm25.search(dict(list(queries.items())[:10]), top_k=1000)
+    t_bm25 = best_time(lambda: bm25.search(queries, top_k=1000), a.repeats)
+    bm25_qps = len(qids) / t_bm25
+    print(f"search: bm25s {bm25_qps:.1f} queries/s", flush=True)
+
+    def search_row(name, index, qvecs):
+        index.search(qvecs[:10], qids[:10], top_k=1000)
+        t = best_time(lambda: index.search(qvecs, qids, top_k=1000), a.repeats)
+        qps = len(qids) / t
+        print(f"search: {name} {qps:.1f} queries/s = {qps / bm25_qps:.2f}x bm25s", flush=True)
+        rows.append({**base, "system": f"search: {name} vs bm25s ({len(qids)} queries, top-1000, {len(texts)} docs)",
+                     "metrics": {"hf_dr_queries_per_s": round(qps, 1), "bm25s_queries_per_s": round(bm25_qps, 1),
+                                 "ratio": round(qps / bm25_qps, 3)}})
+
+    if "dense-search" not in a.skip:
+        # search speed does not depend on the embedding values: random unit vectors of the
+        # model's width stand in for an encoded corpus (encoding speed is measured above)
+        g = torch.Generator().manual_seed(0)
+        dim = DenseEncoder.from_pretrained(a.model).config.hidden_size
+        D = torch.nn.functional.normalize(torch.randn(len(texts), dim, generator=g), dim=-1).numpy()
+        Q = torch.nn.functional.normalize(torch.randn(len(qids), dim, generator=g), dim=-1).numpy()
+        search_row("DenseIndex (faiss flat IP)", DenseIndex(D, data.doc_ids()), Q)
+    if "sparse-search" not in a.skip:
+        enc = load_encoder(a.sparse_model, kind="sparse")
+        D = enc.encode_corpus(texts, batch_size=a.batch_size)
+        Q = enc.encode_queries(qtexts, batch_size=a.batch_size)
+        search_row("SparseIndex (splade-tiny vectors)", SparseIndex(D, data.doc_ids()), Q)
+    save_rows("speed", rows)
+
+
+if __name__ == "__main__":
+    main()
