@@ -34,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    if not args.verbose:  # libraries that set their own loggers to DEBUG
+        for name in ("bm25s",):
+            logging.getLogger(name).setLevel(logging.WARNING)
     if not getattr(args, "func", None):
         parser.print_help()
         return 1

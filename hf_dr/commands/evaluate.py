@@ -42,8 +42,14 @@ def _none(x):
 
 def evaluate_retriever(data, retriever: str, model: str | None = None, *, top_k: int = 1000, batch_size: int = 32,
                        metrics=None, ignore_identical_ids=None, bm25_stemmer="english", bm25_stopwords="en",
-                       hybrid_second=None, fusion="zscore", fusion_weights=(1.0, 1.0), device=None):
-    """The library call behind ``hf-dr evaluate``: returns ``(EvalResult, run, info)``."""
+                       hybrid_second=None, fusion="zscore", fusion_weights=(1.0, 1.0), device=None,
+                       cache: dict | None = None):
+    """The library call behind ``hf-dr evaluate``: returns ``(EvalResult, run, info)``.
+
+    ``cache`` (a dict kept by the caller) re-uses the BM25 / model runs of earlier calls on
+    the same data, so a benchmark evaluating BM25, a model and their hybrid encodes once.
+    """
+    cache = {} if cache is None else cache
     from ..evaluation import DEFAULT_METRICS, evaluate_run
     from ..models import load_encoder
     from ..retrieval import BM25Index, build_index, fuse, remove_self_matches, search, top_k_run
@@ -64,18 +70,24 @@ def evaluate_retriever(data, retriever: str, model: str | None = None, *, top_k:
     t0 = time.perf_counter()
     runs = []
     if retriever in ("bm25", "hybrid"):
-        bm25 = BM25Index.from_beir(data, stemmer=_none(bm25_stemmer), stopwords=_none(bm25_stopwords))
-        runs.append(bm25.search(queries, top_k=k))
+        key = ("bm25", id(data), _none(bm25_stemmer), _none(bm25_stopwords), k)
+        if key not in cache:
+            bm25 = BM25Index.from_beir(data, stemmer=_none(bm25_stemmer), stopwords=_none(bm25_stopwords))
+            cache[key] = bm25.search(queries, top_k=k)
+        runs.append(cache[key])
     if retriever != "bm25":
         kind = {"dense": "dense", "sparse": "sparse"}.get(retriever, hybrid_second or "auto")
-        encoder = load_encoder(model, kind=kind)
-        if device is not None:
-            encoder.to(device)
-        if retriever == "hybrid" and hybrid_second == "sparse" and not getattr(encoder, "output_is_sparse", False):
-            raise CLIError(f"{model} is not a sparse model")
-        index = build_index(encoder, data.doc_ids(), data.doc_texts(), batch_size=batch_size)
-        runs.append(search(encoder, index, queries, top_k=k, batch_size=batch_size))
-        info["encoder"] = type(encoder).__name__
+        key = ("model", id(data), str(model), kind, k)
+        if key not in cache:
+            encoder = load_encoder(model, kind=kind)
+            if device is not None:
+                encoder.to(device)
+            if kind == "sparse" and not getattr(encoder, "output_is_sparse", False):
+                raise CLIError(f"{model} is not a sparse model")
+            index = build_index(encoder, data.doc_ids(), data.doc_texts(), batch_size=batch_size)
+            cache[key] = (search(encoder, index, queries, top_k=k, batch_size=batch_size), type(encoder).__name__)
+        model_run, info["encoder"] = cache[key]
+        runs.append(model_run)
     run = runs[0] if len(runs) == 1 else fuse(runs, weights=fusion_weights, method=fusion)
     if ignore_identical_ids:
         run = remove_self_matches(run)
