@@ -58,3 +58,16 @@ def test_paired_ttest_and_table():
     assert paired_ttest(a, a) == (0.0, 1.0)
     table = format_table({"good": a.aggregate})
     assert "| good | 1.0000 |" in table and "nDCG@10" in table
+
+
+def test_evaluate_module_uses_the_same_metric_path():
+    import json
+
+    import evaluate
+
+    import hf_dr.metrics
+
+    ir = evaluate.load(hf_dr.metrics.IR_METRICS_PATH)
+    got = ir.compute(predictions=[json.dumps(RUN)], references=[json.dumps(QRELS)], metrics=["ndcg@10", "mrr@10"])
+    want = evaluate_run(QRELS, RUN, ["ndcg@10", "mrr@10"]).aggregate
+    assert got == pytest.approx(want)

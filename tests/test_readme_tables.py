@@ -30,3 +30,25 @@ def test_render_fills_markers():
     rows = [{"table": "t", "dataset": "d", "system": "s", "command": "c", "metrics": {"ndcg@10": 0.5}}]
     out = mod.render("x\n<!-- results:t -->\nold\n<!-- /results:t -->\ny", rows)
     assert "| d | s | 0.5000 | `c` |" in out and "old" not in out
+
+
+def test_bm25_rows_are_re_derived_within_tolerance(tmp_path):
+    """The cheap rows (BM25) are re-run exactly as recorded, 2CR-style; model rows are
+    re-derived by `python benchmarks/regress.py` (minutes of encoding, not CI)."""
+    import json
+    import shlex
+
+    from hf_dr.cli import main
+
+    from .conftest import DATA, need
+
+    rows = [r for r in _render_module().load_rows()
+            if r["table"] == "baselines" and "--retriever bm25" in r["command"]]
+    assert rows, "no BM25 baseline rows recorded"
+    for i, r in enumerate(rows):
+        need(DATA / r["dataset"])
+        argv = [a.replace("../shared", str(DATA.parent)) for a in shlex.split(r["command"])[1:]]
+        assert main(argv + ["--output", str(tmp_path / str(i))]) == 0
+        got = json.loads((tmp_path / str(i) / "metrics.json").read_text())["metrics"]
+        for k, want in r["metrics"].items():
+            assert abs(got[k] - want) <= 0.002, (r["system"], k, got[k], want)
