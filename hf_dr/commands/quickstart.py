@@ -39,10 +39,10 @@ def run(args) -> int:
     model = args.model or default_model_path()
     data = load_beir(args.data, split="test")
     print(f"corpus {data.name}: {len(data.corpus)} documents, {len(data.qrels)} judged queries; model {model}")
-    rows, results = {}, {}
+    rows, results, cache = {}, {}, {}
     for retriever in ("bm25", "dense", "hybrid"):
         res, run_, _ = evaluate_retriever(data, retriever, None if retriever == "bm25" else model,
-                                          hybrid_second="dense")
+                                          hybrid_second="dense", cache=cache)
         rows[retriever] = res.aggregate
         results[retriever] = res
         if args.output:
