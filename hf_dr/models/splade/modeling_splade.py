@@ -1,0 +1,166 @@
+"""SPLADECAI: SPLADE (Formal et al. 2021) with CAI — Combination of AdaLM and IDF
+(papers/003). Self-contained (torch + transformers, relative imports) so a saved folder
+loads with ``AutoModel.from_pretrained(dir, trust_remote_code=True)`` without hf-dr.
+
+Eq. 2-3: ``s = max_i log(1 + ReLU(MLM_logits_i))`` over the (unmasked) tokens. Since
+``log(1 + ReLU(x))`` is monotone, the max is taken over the raw logits first and the
+saturation applied to ``[batch, |V|]`` only — the ``[batch, length, |V|]`` tensor is never
+transformed. Eq. 6-7: documents are multiplied by IDF weights fitted on the target corpus.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from transformers import AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel
+
+from .configuration_splade import SPLADECAIConfig
+
+try:  # the shared encode loop of hf-dr, when installed
+    from hf_dr.encoding import EncoderMixin
+except ImportError:  # loaded from the Hub without hf-dr: forward() is the whole model
+    class EncoderMixin:  # type: ignore[no-redef]
+        pass
+
+__all__ = ["SPLADECAI", "splade_pool"]
+
+
+def splade_pool(logits: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Eq. 3 over ``[B, L, |V|]`` logits: masked max over the sequence, then ``log1p(relu)``.
+
+    Padding positions are excluded; max-then-saturate equals saturate-then-max because
+    ``log1p(relu(.))`` is monotone non-decreasing. In inference the mask is written into
+    ``logits`` in place, so no second ``[B, L, |V|]`` tensor is allocated.
+    """
+    pad = (attention_mask == 0).unsqueeze(-1)
+    if logits.requires_grad:
+        logits = logits.masked_fill(pad, torch.finfo(logits.dtype).min)
+    else:
+        logits = logits.masked_fill_(pad, torch.finfo(logits.dtype).min)
+    return torch.log1p(torch.relu(logits.amax(dim=1)))
+
+
+class SPLADECAI(EncoderMixin, PreTrainedModel):
+    """SPLADE over any ``*ForMaskedLM`` backbone, with an IDF vector in its saved state.
+
+    ``forward(input_ids, attention_mask, is_query)`` returns ``[B, |V|]`` term weights
+    (dense tensor, for training); ``encode_queries`` / ``encode_corpus`` return CSR.
+    """
+
+    config_class = SPLADECAIConfig
+    base_model_prefix = "splade"
+    output_is_sparse = True
+    _no_split_modules: list[str] = []
+    _supports_sdpa = True  # attention is the backbone's: let it keep SDPA / flash attention
+    _supports_flash_attn = True
+    _supports_attention_backend = True
+
+    def __init__(self, config: SPLADECAIConfig, mlm: nn.Module | None = None):
+        super().__init__(config)
+        self.mlm = mlm if mlm is not None else AutoModelForMaskedLM.from_config(config.backbone_config)
+        self.register_buffer("idf", torch.ones(config.backbone_config.vocab_size), persistent=True)
+        self.tokenizer = None
+        self.post_init()
+
+    def _init_weights(self, module):  # the backbone initialises itself; the idf buffer starts at 1
+        pass
+
+    def get_input_embeddings(self):
+        return self.mlm.get_input_embeddings()
+
+    @classmethod
+    def from_backbone(cls, path_or_id: str, tokenizer=None, **config_kwargs) -> "SPLADECAI":
+        """Wrap an MLM checkpoint (e.g. ``naver/splade-cocondenser-ensembledistil`` or a
+        folder) as SPLADE; ``config_kwargs`` set :class:`SPLADECAIConfig` fields."""
+        mlm = AutoModelForMaskedLM.from_pretrained(str(path_or_id))
+        attn = mlm.config._attn_implementation
+        tokenizer = tokenizer or AutoTokenizer.from_pretrained(str(path_or_id))
+        if len(tokenizer) > mlm.config.vocab_size:
+            raise ValueError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocabulary {mlm.config.vocab_size}: "
+                             "resize the model (hf_dr.adaptation.vocabulary) or pass the matching tokenizer")
+        config = SPLADECAIConfig(backbone_config=mlm.config, **config_kwargs)
+        model = cls(config, mlm=mlm)
+        model.tokenizer = tokenizer
+        if attn and model.mlm.config._attn_implementation != attn:
+            model.mlm.set_attn_implementation(attn)
+        return model.eval()
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        try:
+            model.tokenizer = AutoTokenizer.from_pretrained(pretrained_model_name_or_path, trust_remote_code=False)
+        except (OSError, ValueError):
+            model.tokenizer = None
+        return model
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        # auto_map in config.json + the code files beside the weights: trust_remote_code loading
+        self.register_for_auto_class("AutoModel")
+        self.config.register_for_auto_class()
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(save_directory)
+
+    # -- Eq. 6: IDF on the target corpus, with the model's own tokenizer --------------------
+    def fit_idf(self, docs: Sequence[str], tokenizer=None, batch_size: int = 1000,
+                enable: bool = True) -> torch.Tensor:
+        """Compute Eq. 6, ``w_t = log(N / N_t)`` (``1`` where ``N_t = 0``), over ``docs``
+        (document texts: title + " " + text), store it in the ``idf`` buffer (saved with
+        the model) and, with ``enable``, weight documents by it from now on (Eq. 7)."""
+        tokenizer = tokenizer or self.tokenizer
+        if tokenizer is None:
+            raise ValueError("fit_idf needs the model's tokenizer")
+        docs = [d if isinstance(d, str) else (d.get("title", "") + " " + d.get("text", "")).strip() for d in docs]
+        if not docs:
+            raise ValueError("cannot fit IDF on an empty corpus")
+        V = self.config.backbone_config.vocab_size
+        df = torch.zeros(V, dtype=torch.float64)
+        special = set(tokenizer.all_special_ids)
+        for s in range(0, len(docs), batch_size):
+            ids = tokenizer(docs[s:s + batch_size], add_special_tokens=False, truncation=False)["input_ids"]
+            for row in ids:
+                uniq = torch.tensor(sorted(set(row) - special), dtype=torch.long)
+                if len(uniq) and int(uniq.max()) >= V:
+                    raise ValueError(f"the tokenizer produced id {int(uniq.max())} but the model has {V} tokens: "
+                                     "tokenizer and model vocabularies do not match")
+                df[uniq] += 1
+        n = float(len(docs))
+        idf = torch.where(df > 0, torch.log(n / df.clamp(min=1)), torch.ones_like(df))
+        self.idf.copy_(idf.to(self.idf.dtype))
+        self.config.use_idf = bool(enable)
+        return self.idf
+
+    # -- Eq. 1-5, 7 ----------------------------------------------------------------------
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, is_query: bool = False,
+                **kwargs) -> torch.Tensor:
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        if is_query and self.config.query_mode == "bow":
+            return self.bag_of_words(input_ids, attention_mask)
+        logits = self.mlm(input_ids=input_ids, attention_mask=attention_mask).logits
+        s = splade_pool(logits, attention_mask)
+        if not is_query and self.config.use_idf:
+            s = s * self.idf_weights().to(s.dtype)
+        return s
+
+    def idf_weights(self) -> torch.Tensor:
+        """``idf ** idf_exponent`` (Eq. 7 with exponent 1; sqrt(IDF) with 0.5)."""
+        e = self.config.idf_exponent
+        return self.idf if e == 1.0 else self.idf.clamp(min=0) ** e
+
+    def bag_of_words(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """SPLADE-Doc query (Eq. 5): 1 for every token of the query (special tokens and
+        padding excluded), so the score is the sum of the document's weights of those tokens."""
+        V = self.config.backbone_config.vocab_size
+        keep = attention_mask.bool()
+        specials = [i for i in (self.config.backbone_config.pad_token_id, getattr(self.tokenizer, "cls_token_id", None),
+                                getattr(self.tokenizer, "sep_token_id", None)) if i is not None]
+        for i in specials:
+            keep &= input_ids != i
+        out = torch.zeros(input_ids.shape[0], V, device=input_ids.device, dtype=torch.float32)
+        # amax-scatter: repeated tokens count once, dropped positions (value 0) never erase a 1
+        return out.scatter_reduce_(1, input_ids, keep.float(), reduce="amax")
