@@ -20,6 +20,7 @@ DDP when distributed), so there is one code path from training to inference.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -125,7 +126,9 @@ def encode(
                 mask[row, :n] = 1
             out = forward(batch_ids.to(device, non_blocking=True), mask.to(device, non_blocking=True))
             if sparse:
-                out = out.float().to_sparse_csr()
+                with warnings.catch_warnings():  # "sparse CSR support is in beta"
+                    warnings.simplefilter("ignore", UserWarning)
+                    out = out.float().to_sparse_csr()
             outputs.append(out)
             bar.update(len(idx))
 

@@ -1,0 +1,101 @@
+"""SPLADECAI core (Eq. 1-7) on a tiny random MLM and on the real splade-tiny."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from hf_dr.models.splade import SPLADECAI, splade_pool
+
+from .conftest import SPLADE_TINY, need
+
+
+def test_eq3_pool_equals_naive_and_ignores_padding():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 4, 7)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    naive = torch.stack([torch.log1p(torch.relu(logits[b, : int(mask[b].sum())])).amax(0) for b in range(2)])
+    assert torch.allclose(splade_pool(logits.clone(), mask), naive)
+    g = logits.clone().requires_grad_(True)
+    out = splade_pool(g, mask)
+    out.sum().backward()
+    assert g.grad[0, 3].abs().sum() == 0  # padding gets no gradient
+
+
+@pytest.fixture(scope="module")
+def tiny_splade(tiny_bert_dir):
+    return SPLADECAI.from_backbone(str(tiny_bert_dir))
+
+
+def test_fit_idf_eq6(tiny_splade):
+    m = tiny_splade
+    tok = m.tokenizer
+    docs = ["apple banana", "apple cherry", "apple"]
+    idf = m.fit_idf(docs)
+    ids = {w: tok.convert_tokens_to_ids(w) for w in ("apple", "banana", "cherry", "zebra")}
+    assert idf[ids["apple"]].item() == pytest.approx(0.0)  # log(3/3)
+    assert idf[ids["banana"]].item() == pytest.approx(np.log(3))
+    assert idf[ids["zebra"]].item() == 1.0  # N_t = 0 -> weight 1
+    assert m.config.use_idf
+    with pytest.raises(ValueError, match="empty corpus"):
+        m.fit_idf([])
+
+
+def test_idf_weights_documents_not_queries(tiny_splade):
+    m = tiny_splade
+    m.fit_idf(["apple banana", "apple cherry", "apple"])
+    m.config.use_idf = False
+    plain_d = m.encode_corpus(["apple banana"]).toarray()
+    plain_q = m.encode_queries(["apple banana"]).toarray()
+    m.config.use_idf = True
+    for exp in (1.0, 0.5):
+        m.config.idf_exponent = exp
+        d = m.encode_corpus(["apple banana"]).toarray()
+        assert np.allclose(d, plain_d * (m.idf.numpy() ** exp), atol=1e-6)  # Eq. 7
+        assert np.allclose(m.encode_queries(["apple banana"]).toarray(), plain_q)
+    m.config.idf_exponent = 1.0
+
+
+def test_bow_query_mode(tiny_splade):
+    m = tiny_splade
+    tok = m.tokenizer
+    m.config.query_mode = "bow"
+    try:
+        q = m.encode_queries(["apple apple banana"])
+    finally:
+        m.config.query_mode = "splade"
+    want = sorted({tok.convert_tokens_to_ids("apple"), tok.convert_tokens_to_ids("banana")})
+    assert sorted(q.indices.tolist()) == want and set(q.data.tolist()) == {1.0}
+
+
+def test_save_automodel_round_trip(tiny_splade, tmp_path):
+    from transformers import AutoModel
+
+    m = tiny_splade
+    m.fit_idf(["apple banana", "apple cherry"])
+    m.save_pretrained(tmp_path)
+    m2 = AutoModel.from_pretrained(tmp_path, trust_remote_code=True)
+    assert type(m2).__name__ == "SPLADECAI" and m2.config.use_idf
+    docs = ["apple banana cherry", "banana"]
+    a, b = m.encode_corpus(docs), m2.encode_corpus(docs)
+    assert isinstance(b, sp.csr_matrix) and abs(a - b).max() < 1e-5
+
+
+def test_vocabulary_mismatch_is_refused(tiny_bert_dir):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    tok.add_tokens(["brandnewtoken"])
+    with pytest.raises(ValueError, match="tokenizer has .* tokens but the model's vocabulary"):
+        SPLADECAI.from_backbone(str(tiny_bert_dir), tokenizer=tok)
+
+
+def test_real_splade_tiny_expands_queries():
+    m = SPLADECAI.from_backbone(str(need(SPLADE_TINY)))
+    q = m.encode_queries(["phytates for the treatment of cancer"])
+    top = m.tokenizer.convert_ids_to_tokens(np.argsort(-q.toarray()[0])[:8].tolist())
+    assert {"cancer", "treatment", "tumor"} <= set(top)  # expansion: "tumor" is not in the query
+    enc = m.tokenizer(["phytates for the treatment of cancer"], return_tensors="pt")
+    with torch.no_grad():
+        naive = torch.log1p(torch.relu(m.mlm(**enc).logits)).amax(1)
+    assert np.allclose(q.toarray(), naive.numpy(), atol=1e-5)
