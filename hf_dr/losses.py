@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["contrastive_loss", "margin_mse_loss", "kl_distillation_loss"]
+__all__ = ["contrastive_loss", "margin_mse_loss", "kl_distillation_loss", "flops_loss"]
 
 
 def contrastive_loss(q: torch.Tensor, d: torch.Tensor, targets: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
@@ -47,3 +47,12 @@ def kl_distillation_loss(student_scores: torch.Tensor, teacher_scores: torch.Ten
     t = F.log_softmax(teacher_scores / temperature, dim=-1)
     s = F.log_softmax(student_scores / temperature, dim=-1)
     return F.kl_div(s, t, log_target=True, reduction="batchmean")
+
+
+def flops_loss(reps: torch.Tensor) -> torch.Tensor:
+    """FLOPS regulariser (Paria et al. 2020; Eq. 16-17 of the SPLADE-CAI paper).
+
+    ``L = sum_j (mean_i |R_ij|)^2`` over a ``[B, |V|]`` batch of sparse representations: the
+    squared mean activation of each vocabulary entry, which pushes rarely useful terms to 0.
+    """
+    return torch.sum(torch.mean(torch.abs(reps), dim=0) ** 2)

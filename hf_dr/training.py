@@ -45,6 +45,9 @@ class RetrievalTrainer(Trainer):
         if getattr(self.args, "remove_unused_columns", False):
             self.args.remove_unused_columns = False
         self.objective = objective if objective is not None else ContrastiveObjective()
+        # objectives that follow the training schedule (e.g. FLOPS weight warm-up) bring callbacks
+        for cb in getattr(self.objective, "trainer_callbacks", lambda: [])():
+            self.add_callback(cb)
         self._objective_logs: dict[str, list[float]] = defaultdict(list)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):

@@ -9,10 +9,12 @@ used by :class:`hf_dr.training.RetrievalTrainer`. ``model`` is any encoder of th
 """
 
 from .contrastive import ContrastiveObjective, MarginMSEObjective, all_gather_with_grad
+from .splade import SpladeObjective
 
 OBJECTIVES = {
     "contrastive": ContrastiveObjective,
     "margin_mse": MarginMSEObjective,
+    "splade": SpladeObjective,
 }
 
 
@@ -24,4 +26,4 @@ def get_objective(name: str, **kwargs):
 
 
 __all__ = ["OBJECTIVES", "get_objective", "ContrastiveObjective", "MarginMSEObjective",
-           "all_gather_with_grad"]
+           "all_gather_with_grad", "SpladeObjective"]
