@@ -303,3 +303,58 @@ def test_config_validation():
         DDRConfig(rem_type="prefix")
     with pytest.raises(ValueError, match="pooling"):
         DDRConfig(pooling="max2")
+
+
+def test_triplets_from_qrels_blocks_of_distinct_queries():
+    from datasets import Dataset
+
+    from hf_dr.data import triplets_from_qrels
+    from hf_dr.data.beir import BeirData
+
+    corpus = Dataset.from_list([{"_id": f"d{i}", "title": "", "text": f"doc {i}"} for i in range(40)])
+    queries = Dataset.from_list([{"_id": f"q{i}", "text": f"query {i}"} for i in range(5)])
+    qrels = {f"q{i}": {**{f"d{8 * i + j}": 2 + (j % 2) for j in range(4)}, f"d{8 * i + 4}": 0, f"d{8 * i + 5}": 1}
+             for i in range(5)}
+    data = BeirData(corpus=corpus, queries=queries, qrels=qrels, split="test", name="toy")
+    ds = triplets_from_qrels(data, batch_size=4, n_negatives=2, seed=0)
+    assert len(ds) % 4 == 0 and len(ds) > 0
+    for s in range(0, len(ds), 4):
+        assert len(set(ds[s:s + 4]["qid"])) == 4
+    texts = {r["_id"]: r["text"] for r in corpus}
+    for r in ds:
+        q = r["qid"]
+        pos_ids = [d for d, g in qrels[q].items() if g >= 2]
+        assert r["pos"] in {texts[d] for d in pos_ids}
+        assert texts[f"d{8 * int(q[1:]) + 4}"] in r["neg"]  # the judged grade-0 document
+        assert texts[f"d{8 * int(q[1:]) + 5}"] not in r["neg"]  # grade 1 is neither
+    assert len(triplets_from_qrels(data)) == 20  # without blocks: every positive once
+    with pytest.raises(ValueError, match="distinct"):
+        triplets_from_qrels(data, batch_size=6)
+
+
+def test_example_scripts_run(tiny_bert_dir, tmp_path):
+    """adapt_dam.py then train_ddr.py (python), as a user runs them, on a tiny model."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(f"document number {i} about retrieval and proteins" for i in range(40)))
+    dam = tmp_path / "dam"
+    r = subprocess.run([sys.executable, "examples/adapt_dam.py", "--model_name_or_path", str(tiny_bert_dir),
+                        "--corpus", str(corpus), "--eval_documents", "8", "--max_length", "16", "--max_steps", "2",
+                        "--per_device_train_batch_size", "4", "--save_strategy", "no", "--report_to", "none",
+                        "--use_cpu", "--output_dir", str(dam)], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads((dam / "dam_info.json").read_text())["global_steps"] == 2
+    assert (dam / "README.md").read_text().count("{{") == 0
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("\n".join(json.dumps(x) for x in _rows(8)))
+    rem = tmp_path / "rem"
+    r = subprocess.run([sys.executable, "examples/train_ddr.py", "--model_name_or_path", str(dam), "--train_data",
+                        str(rows), "--lora_rank", "4", "--max_steps", "2", "--per_device_train_batch_size", "4",
+                        "--max_query_length", "16", "--max_doc_length", "16", "--save_strategy", "no", "--use_cpu",
+                        "--output_dir", str(rem)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = DDRModel.from_pretrained(rem)  # the source DAM is recorded in the REM's config
+    assert Path(m.config.dam_name_or_path) == dam
+    assert m.encode_queries(["a query"]).shape == (1, 32)
+    assert (rem / "README.md").read_text().count("{{") == 0
