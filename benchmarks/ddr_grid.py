@@ -85,7 +85,7 @@ def main():
                   "--lora_rank", str(a.lora_rank), "--similarity", a.similarity,
                   "--max_query_length", str(a.max_query_length), "--max_doc_length", str(a.max_doc_length),
                   "--per_device_train_batch_size", str(a.rem_batch), "--num_train_epochs", str(a.rem_epochs),
-                  "--learning_rate", str(lr), "--warmup_ratio", "0.1", "--logging_steps", "10",
+                  "--learning_rate", str(lr), "--warmup_steps", "10", "--logging_steps", "10",
                   "--save_strategy", "no", "--report_to", "none", "--seed", "0", "--output_dir", str(out)],
                  out, log, steps)
 
