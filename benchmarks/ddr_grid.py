@@ -90,20 +90,6 @@ def main():
                  out, log, steps)
 
     src_dam, rem, rem_df, dr = work / "dam-source", work / "rem", work / "rem-df", work / "dr"
-    need_src = any(s in systems for s in ("DDR", "DDR (source DAM)", "DDR\\SI"))
-    if need_src:
-        dam(a.backbone, a.source, src_dam, 5e-5, "source")        # disentangled fine-tuning, step 1
-        train("ddr", str(src_dam), rem, a.rem_lr)                  # step 2: REM on the frozen source DAM
-    if "DR" in systems:
-        train("dr", a.backbone, dr, a.dr_lr)
-    if "DDR\\DF" in systems:
-        train("ddr", a.backbone, rem_df, a.rem_lr)                 # REM on the raw backbone
-    for t in targets:
-        corpus = str(SHARED / "data" / t)
-        if "DDR" in systems:
-            dam(str(src_dam), corpus, work / f"dam-{t}-si", 2e-5, "target")   # sequential initialisation
-        if "DDR\\SI" in systems or "DDR\\DF" in systems:
-            dam(a.backbone, corpus, work / f"dam-{t}-raw", 2e-5, "target")
 
     from hf_dr.data import load_beir
     from hf_dr.evaluation import evaluate_model, format_table
@@ -111,9 +97,14 @@ def main():
     from hf_dr.models.dense import DenseEncoder
 
     grid_cmd = command_line()
-    rows, table = [], {}
-    for t in targets:
-        data = load_beir(str(SHARED / "data" / t), split="test")
+    rows, table, datasets = [], {}, {}
+
+    def evaluate(t: str, s: str) -> None:
+        if s not in systems:
+            return
+        if t not in datasets:
+            datasets[t] = load_beir(str(SHARED / "data" / t), split="test")
+        data = datasets[t]
         builders = {
             "zero-shot": lambda: DenseEncoder.from_pretrained(a.backbone, pooling="mean", normalize=a.similarity == "cos",
                                                               max_length=a.max_doc_length, max_query_length=a.max_query_length),
@@ -123,19 +114,40 @@ def main():
             "DDR\\SI": lambda: DDRModel.from_pretrained(str(rem), dam=str(work / f"dam-{t}-raw")),
             "DDR\\DF": lambda: DDRModel.from_pretrained(str(rem_df), dam=str(work / f"dam-{t}-raw")),
         }
-        for s in systems:
-            enc = builders[s]()
-            if isinstance(enc, DDRModel):
-                enc.merge()
-            t0 = time.time()
-            res, _ = evaluate_model(enc, data, top_k=1000, metrics=METRICS, batch_size=64)
-            agg = {k: round(v, 4) for k, v in res.aggregate.items()}
-            print(f"{t:8s} {s:18s} {agg}  ({time.time() - t0:.0f}s)", flush=True)
-            table[f"{t} / {s}"] = agg
-            rows.append({"table": "ddr", "dataset": t, "system": s, "command": grid_cmd, "metrics": agg,
-                         "n_queries": res.n_queries, "self_matches_removed": data.ignore_identical_ids,
-                         "machine": machine(), "per_query_ndcg10": res.per_query["ndcg@10"]})
-            save_rows("ddr", rows)
+        enc = builders[s]()
+        if isinstance(enc, DDRModel):
+            enc.merge()
+        t0 = time.time()
+        res, _ = evaluate_model(enc, data, top_k=1000, metrics=METRICS, batch_size=64)
+        agg = {k: round(v, 4) for k, v in res.aggregate.items()}
+        print(f"{t:8s} {s:18s} {agg}  ({time.time() - t0:.0f}s)", flush=True)
+        table[f"{t} / {s}"] = agg
+        rows.append({"table": "ddr", "dataset": t, "system": s, "command": grid_cmd, "metrics": agg,
+                     "n_queries": res.n_queries, "self_matches_removed": data.ignore_identical_ids,
+                     "machine": machine(), "per_query_ndcg10": res.per_query["ndcg@10"]})
+        save_rows("ddr", rows)
+
+    # main rows first (each target evaluated as soon as its DAM exists), ablations last
+    if any(s in systems for s in ("DDR", "DDR (source DAM)", "DDR\\SI")):
+        dam(a.backbone, a.source, src_dam, 5e-5, "source")        # disentangled fine-tuning, step 1
+        train("ddr", str(src_dam), rem, a.rem_lr)                  # step 2: REM on the frozen source DAM
+    for i, t in enumerate(targets):
+        corpus = str(SHARED / "data" / t)
+        if "DDR" in systems:
+            dam(str(src_dam), corpus, work / f"dam-{t}-si", 2e-5, "target")   # sequential initialisation
+        for s in ("zero-shot", "DDR (source DAM)", "DDR"):
+            evaluate(t, s)
+        if "DR" in systems:
+            if i == 0:
+                train("dr", a.backbone, dr, a.dr_lr)
+            evaluate(t, "DR")
+    for t in targets:
+        if "DDR\\SI" in systems or "DDR\\DF" in systems:
+            dam(a.backbone, str(SHARED / "data" / t), work / f"dam-{t}-raw", 2e-5, "target")
+        evaluate(t, "DDR\\SI")
+        if "DDR\\DF" in systems:
+            train("ddr", a.backbone, rem_df, a.rem_lr)             # REM on the raw backbone
+        evaluate(t, "DDR\\DF")
     for f in ("dam_info.json", "train_info.json"):
         for p in sorted(work.glob(f"*/{f}")):
             print(p.parent.name, json.loads(p.read_text()).get("train_loss"), json.loads(p.read_text()).get("heldout_mlm_loss_after"))
