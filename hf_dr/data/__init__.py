@@ -2,6 +2,7 @@
 
 from .beir import SELF_MATCH_DATASETS, BeirData, BeirFormatError, load_beir, load_qrels, save_beir, save_qrels
 from .collators import RetrievalCollator
+from .qrels_triplets import triplets_from_qrels
 
 __all__ = ["BeirData", "BeirFormatError", "load_beir", "save_beir", "load_qrels", "save_qrels",
-           "SELF_MATCH_DATASETS", "RetrievalCollator"]
+           "SELF_MATCH_DATASETS", "RetrievalCollator", "triplets_from_qrels"]

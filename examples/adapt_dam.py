@@ -1,0 +1,109 @@
+"""Train a DDR Domain Adaption Module (DAM): continual masked-LM on a corpus (paper Sec. 3.3, Fig. 3).
+
+Source DAM (disentangled fine-tuning, step 1): MLM of the backbone on the labelled corpus,
+learning rate 5e-5:
+
+    python examples/adapt_dam.py --model_name_or_path ../shared/models/all-MiniLM-L6-v2 \
+        --corpus ../shared/data/msmarco-trecdl2019 --output_dir out/dam-msmarco --learning_rate 5e-5
+
+Target DAM (sequential initialisation): start from the *source DAM*, smaller learning rate 2e-5:
+
+    python examples/adapt_dam.py --model_name_or_path out/dam-msmarco \
+        --corpus ../shared/data/scifact --output_dir out/dam-scifact --learning_rate 2e-5
+
+Runs unchanged under ``accelerate launch`` and ``torchrun``. The output folder is an
+ordinary ``*ForMaskedLM`` checkpoint (+ tokenizer and a model card): a DAM for
+``DDRModel.load_dam`` / ``DDRModel.from_pretrained(rem, dam=...)``. A backbone without an
+MLM head (all-MiniLM-L6-v2) gets a new head, decoder tied to the word embeddings.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments
+
+from hf_dr.adaptation.mlm import MLMArguments, load_mlm_model, mlm_loss, train_mlm
+from hf_dr.data import load_beir
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class DAMArguments:
+    model_name_or_path: str = field(metadata={"help": "Backbone (source DAM) or source DAM (target DAM): folder or Hub id."})
+    corpus: str = field(metadata={"help": "BEIR folder / Hub dataset id (its corpus.jsonl), or a text file with one document per line."})
+    max_documents: int | None = field(default=None, metadata={"help": "Use only the first N documents (quick runs)."})
+    eval_documents: int = field(default=0, metadata={"help": "Hold out the last N documents and report MLM loss before/after."})
+    role: str = field(default="target", metadata={"help": "'source' or 'target': recorded in the model card."})
+
+
+def read_corpus(path: str) -> list[str]:
+    p = Path(path)
+    if p.is_file():
+        texts = [line.strip() for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if not texts:
+            raise ValueError(f"{path}: empty text file")
+        return texts
+    return load_beir(path, split=None).doc_texts()
+
+
+def main():
+    parser = HfArgumentParser((DAMArguments, MLMArguments, TrainingArguments))
+    dam_args, mlm_args, training_args = parser.parse_args_into_dataclasses()
+    if dam_args.role not in ("source", "target"):
+        raise ValueError("--role must be 'source' or 'target'")
+    texts = read_corpus(dam_args.corpus)
+    if dam_args.max_documents:
+        texts = texts[:dam_args.max_documents]
+    eval_texts = None
+    if dam_args.eval_documents:
+        if dam_args.eval_documents >= len(texts):
+            raise ValueError("--eval_documents must be smaller than the corpus")
+        texts, eval_texts = texts[:-dam_args.eval_documents], texts[-dam_args.eval_documents:]
+    tokenizer = AutoTokenizer.from_pretrained(dam_args.model_name_or_path)
+    model = load_mlm_model(dam_args.model_name_or_path)
+    before = mlm_loss(model, tokenizer, eval_texts, mlm_args) if eval_texts else None
+    model.train()
+    trainer = train_mlm(model, tokenizer, texts, training_args, mlm_args)
+    if trainer.is_world_process_zero():
+        info = {"base_model": dam_args.model_name_or_path, "corpus": dam_args.corpus, "role": dam_args.role,
+                "n_documents": len(texts), "mlm": asdict(mlm_args), "learning_rate": training_args.learning_rate,
+                "epochs": training_args.num_train_epochs, "max_steps": training_args.max_steps,
+                "global_steps": trainer.state.global_step,
+                "train_loss": next((h["train_loss"] for h in reversed(trainer.state.log_history) if "train_loss" in h), None)}
+        if eval_texts:
+            info["heldout_mlm_loss_before"] = before
+            info["heldout_mlm_loss_after"] = mlm_loss(model, tokenizer, eval_texts, mlm_args)
+        out = Path(training_args.output_dir)
+        (out / "dam_info.json").write_text(json.dumps(info, indent=1))
+        _write_card(out, info)
+        print(json.dumps(info, indent=1))
+
+
+def _write_card(out: Path, info: dict) -> None:
+    """Fill ``model_cards/ddr_dam.md`` with huggingface_hub's ModelCard (jinja template)."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    template = Path(__file__).resolve().parent.parent / "model_cards" / "ddr_dam.md"
+    if not template.is_file():
+        logger.warning("no model card template at %s; README.md not written", template)
+        return
+    card = ModelCard.from_template(
+        card_data=ModelCardData(library_name="transformers", pipeline_tag="fill-mask", tags=["hf-dr", "ddr", "dam"],
+                                base_model=info["base_model"] if not Path(info["base_model"]).exists() else None),
+        template_path=str(template),
+                                   base_model=info["base_model"], corpus=info["corpus"], role=info["role"],
+                                   n_documents=info["n_documents"], learning_rate=info["learning_rate"],
+                                   global_steps=info["global_steps"], mlm_probability=info["mlm"]["mlm_probability"],
+                                   max_length=info["mlm"]["max_length"], train_loss=info["train_loss"],
+                                   heldout_before=info.get("heldout_mlm_loss_before"),
+                                   heldout_after=info.get("heldout_mlm_loss_after"))
+    card.save(out / "README.md")
+
+
+if __name__ == "__main__":
+    main()
