@@ -27,6 +27,18 @@ def tiny_splade(tiny_bert_dir):
     return SPLADECAI.from_backbone(str(tiny_bert_dir))
 
 
+def test_chunked_pooling_gives_identical_vectors(tiny_splade):
+    m = tiny_splade
+    texts = ["apple banana cherry " * 20, "banana", "a b c d e f g"]
+    full = m.encode_corpus(texts)
+    m.config.pool_chunk_size = 7
+    try:
+        chunked = m.encode_corpus(texts)
+    finally:
+        m.config.pool_chunk_size = 0
+    assert abs(full - chunked).max() < 1e-5 and full.nnz == chunked.nnz
+
+
 def test_fit_idf_eq6(tiny_splade):
     m = tiny_splade
     tok = m.tokenizer

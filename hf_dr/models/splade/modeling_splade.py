@@ -43,6 +43,34 @@ def splade_pool(logits: torch.Tensor, attention_mask: torch.Tensor) -> torch.Ten
     return torch.log1p(torch.relu(logits.amax(dim=1)))
 
 
+class _MaxPooledDecoder:
+    """Temporarily turns the MLM head's output projection (``get_output_embeddings()``) into
+    "project and max-pool over the sequence": logits are computed ``chunk`` positions at a
+    time and folded into a running max, so the ``[batch, length, |V|]`` logits never exist
+    in memory (they dominate SPLADE's cost for small backbones). The head then returns
+    ``[batch, 1, |V|]`` masked maxima; padding positions never win."""
+
+    def __init__(self, decoder: nn.Module, attention_mask: torch.Tensor, chunk: int):
+        self.decoder, self.pad, self.chunk = decoder, attention_mask == 0, chunk
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        w, b = self.decoder.weight, self.decoder.bias
+        out = None
+        for s in range(0, x.shape[1], self.chunk):
+            lg = nn.functional.linear(x[:, s:s + self.chunk], w, b)
+            pad = self.pad[:, s:s + self.chunk].unsqueeze(-1)
+            lg = lg.masked_fill(pad, torch.finfo(lg.dtype).min).amax(dim=1)
+            out = lg if out is None else torch.maximum(out, lg)
+        return out.unsqueeze(1)
+
+    def __enter__(self):
+        self.decoder.forward = self
+        return self
+
+    def __exit__(self, *exc):
+        del self.decoder.forward  # back to the class's forward
+
+
 class SPLADECAI(EncoderMixin, PreTrainedModel):
     """SPLADE over any ``*ForMaskedLM`` backbone, with an IDF vector in its saved state.
 
@@ -141,8 +169,14 @@ class SPLADECAI(EncoderMixin, PreTrainedModel):
             attention_mask = torch.ones_like(input_ids)
         if is_query and self.config.query_mode == "bow":
             return self.bag_of_words(input_ids, attention_mask)
-        logits = self.mlm(input_ids=input_ids, attention_mask=attention_mask).logits
-        s = splade_pool(logits, attention_mask)
+        decoder = self.mlm.get_output_embeddings()
+        chunk = getattr(self.config, "pool_chunk_size", 0)
+        if chunk and isinstance(decoder, nn.Linear) and input_ids.shape[1] > 1:
+            with _MaxPooledDecoder(decoder, attention_mask, chunk):
+                pooled = self.mlm(input_ids=input_ids, attention_mask=attention_mask).logits[:, 0]
+            s = torch.log1p(torch.relu(pooled))  # Eq. 3 on [B, |V|] only
+        else:
+            s = splade_pool(self.mlm(input_ids=input_ids, attention_mask=attention_mask).logits, attention_mask)
         if not is_query and self.config.use_idf:
             s = s * self.idf_weights().to(s.dtype)
         return s
