@@ -34,7 +34,10 @@ CHAIN = {  # name: (expand_vocabulary, continual_mlm)
 def rows_for(metrics: dict, dataset: str, prefix: str, table: str, extra: dict) -> list[dict]:
     rows = []
     for v, m in metrics.items():
-        rows.append({"table": table, "dataset": dataset, "system": f"{prefix}{LABELS.get(v, v)}",
+        base, _, tail = v.partition(" (")
+        label = LABELS.get(base, base) + (" (sqrt IDF, as the authors' code)" if "idf^0.5" in tail else
+                                          f" ({tail}" if tail else "")
+        rows.append({"table": table, "dataset": dataset, "system": f"{prefix}{label}",
                      "command": command_line(), "machine": machine(),
                      "metrics": {k: m[k] for k in ("ndcg@10", "recall@100", "recall@1000")},
                      "nnz_query": m["nnz_query"], "nnz_doc": m["nnz_doc"], **extra})
@@ -49,6 +52,8 @@ def main() -> None:
     ap.add_argument("--variants", nargs="+", default=list(CHAIN), choices=list(CHAIN))
     ap.add_argument("--mlm-steps", type=int, default=300)
     ap.add_argument("--splade-steps", type=int, default=300)
+    ap.add_argument("--splade-batch-size", type=int, default=8)
+    ap.add_argument("--doc-max-length", type=int, default=96)
     ap.add_argument("--runs", default="runs/splade_cai", help="stage folders (re-used when parameters match)")
     a = ap.parse_args()
 
@@ -61,10 +66,7 @@ def main() -> None:
         if a.part == "idf":
             model = SPLADECAI.from_backbone(a.model)
             model.fit_idf(data.doc_texts())
-            metrics = evaluate_splade_variants(model, data)
-            model.config.idf_exponent = 0.5
-            half = evaluate_splade_variants(model, data, variants=("splade+idf", "splade-doc+idf"))
-            metrics.update({f"{k} (sqrt IDF, authors' code)": v for k, v in half.items()})
+            metrics = evaluate_splade_variants(model, data, extra_idf_exponents=(0.5,))
             save_rows("splade_cai", rows_for(metrics, ds, "splade-tiny: ", "splade_cai", {}))
             for k, v in metrics.items():
                 print(f"{ds:8s} {k:40s} nDCG@10={v['ndcg@10']:.4f}", flush=True)
@@ -75,10 +77,12 @@ def main() -> None:
                                     source_data=str(SHARED / "data" / "msmarco-trecdl2019"),
                                     output_dir=str(Path(a.runs) / ds / name.split(" ")[0].lower()),
                                     expand_vocabulary=vocab, continual_mlm=mlm, mlm_steps=a.mlm_steps,
-                                    splade_steps=a.splade_steps, flops_warmup_steps=max(1, a.splade_steps // 3))
+                                    splade_steps=a.splade_steps, flops_warmup_steps=max(1, a.splade_steps // 3),
+                                    splade_batch_size=a.splade_batch_size, doc_max_length=a.doc_max_length,
+                                    mlm_max_length=128)
                 report = run_cai(args)
                 extra = {"vocab_size": report.get("vocabulary", {}).get("final"), "mlm_steps": a.mlm_steps if mlm else 0,
-                         "splade_steps": a.splade_steps}
+                         "splade_steps": a.splade_steps, "splade_batch_size": a.splade_batch_size, "doc_max_length": a.doc_max_length}
                 save_rows("splade_cai", rows_for(report["metrics"], ds, f"CAI chain, {name}: ", "splade_cai_chain", extra))
                 for k, v in report["metrics"].items():
                     print(f"{ds:8s} {name:32s} {k:16s} nDCG@10={v['ndcg@10']:.4f}", flush=True)
