@@ -172,6 +172,14 @@ class EncoderMixin:
         key = "max_query_length" if is_query else "max_doc_length"
         if max_length is None:
             max_length = getattr(self, key, None) or getattr(cfg, key, None) or 512
+        # never past the backbone's position embeddings (a clear cap, not an index error)
+        limit = getattr(getattr(cfg, "backbone_config", None), "max_position_embeddings", None) \
+            or getattr(cfg, "max_position_embeddings", None)
+        tok_limit = getattr(tokenizer, "model_max_length", None)
+        if tok_limit and tok_limit < 100_000:  # tokenizers without a limit report ~1e30
+            limit = min(limit, tok_limit) if limit else tok_limit
+        if limit and max_length > limit:
+            max_length = limit
         prefix = getattr(self, "query_prefix" if is_query else "doc_prefix", None) or ""
         if prefix:
             texts = [prefix + t for t in texts]

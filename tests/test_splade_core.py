@@ -111,3 +111,18 @@ def test_real_splade_tiny_expands_queries():
     with torch.no_grad():
         naive = torch.log1p(torch.relu(m.mlm(**enc).logits)).amax(1)
     assert np.allclose(q.toarray(), naive.numpy(), atol=1e-5)
+
+
+def test_cli_evaluates_a_saved_spladecai(tiny_splade, tmp_path, capsys):
+    import json
+
+    from hf_dr.cli import main
+
+    from .conftest import SAMPLE
+
+    tiny_splade.save_pretrained(tmp_path / "model")
+    assert main(["evaluate", "--data", str(SAMPLE), "--retriever", "sparse", "--model", str(tmp_path / "model"),
+                 "--output", str(tmp_path / "out"), "--max-queries", "5"]) == 0
+    m = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert m["encoder"] == "SPLADECAI" and m["n_queries"] == 5
+    assert "| sparse: model |" in capsys.readouterr().out
