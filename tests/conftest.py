@@ -54,3 +54,30 @@ def tiny_bert_dir(tmp_path_factory, tiny_tokenizer):
     model.save_pretrained(d)
     tiny_tokenizer.save_pretrained(d)
     return d
+
+
+def run_without_hf_dr(script: str, cwd: Path, timeout: int = 180):
+    """Run ``script`` in a fresh Python process in which ``hf_dr`` cannot be imported — what a
+    Hub user who never installed this package sees. The editable install's import hook and the
+    repository root are removed from the import system before the script runs (the venv may live
+    inside the repository, so site-packages itself is kept), and the prelude asserts that
+    ``import hf_dr`` fails."""
+    import subprocess
+    import sys
+
+    prelude = f"""
+import sys
+sys.meta_path[:] = [f for f in sys.meta_path if not str(getattr(f, '__module__', '')).startswith('__editable__')]
+sys.path[:] = [p for p in sys.path if p not in ('', {str(REPO)!r})]
+try:
+    import hf_dr
+except ImportError:
+    pass
+else:
+    raise SystemExit('hf_dr is importable: ' + str(hf_dr.__file__))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["HF_HUB_OFFLINE"] = "1"
+    env["HF_MODULES_CACHE"] = str(Path(cwd) / "hf_modules")
+    return subprocess.run([sys.executable, "-c", prelude + script], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)

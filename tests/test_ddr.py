@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.conftest import run_without_hf_dr
 from hf_dr.models.ddr import DAMMismatchError, DDRConfig, DDRModel, load_dam_model
 
 REPO = Path(__file__).resolve().parent.parent
@@ -184,13 +185,7 @@ def test_automodel_trust_remote_code_without_hf_dr(ddr, tmp_path):
     assert (tmp_path / "model" / "modeling_ddr.py").is_file() and (tmp_path / "model" / "dam").is_dir()
     np.save(tmp_path / "ref.npy", ddr.encode_corpus(TEXTS))
     script = f"""
-import sys, numpy as np, torch
-assert not any(p and {str(REPO)!r} in p for p in sys.path)
-try:
-    import hf_dr
-    raise SystemExit("hf_dr importable")
-except ImportError:
-    pass
+import numpy as np, torch
 from transformers import AutoModel
 m = AutoModel.from_pretrained({str(tmp_path / 'model')!r}, trust_remote_code=True)
 assert type(m).__name__ == "DDRModel"
@@ -204,11 +199,7 @@ with torch.no_grad():
 np.testing.assert_allclose(e2, e, atol=1e-5)
 print("OK")
 """
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["HF_HUB_OFFLINE"] = "1"
-    env["HF_MODULES_CACHE"] = str(tmp_path / "modules")
-    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=120)
+    out = run_without_hf_dr(script, tmp_path)
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
 
 
