@@ -36,6 +36,7 @@ def rows_for(metrics: dict, dataset: str, prefix: str, table: str, extra: dict) 
     for v, m in metrics.items():
         base, _, tail = v.partition(" (")
         label = LABELS.get(base, base) + (" (sqrt IDF, as the authors' code)" if "idf^0.5" in tail else
+                                          " (BM25 without stemming)" if "stemmer=None" in tail else
                                           f" ({tail}" if tail else "")
         rows.append({"table": table, "dataset": dataset, "system": f"{prefix}{label}",
                      "command": command_line(), "machine": machine(),
@@ -66,7 +67,7 @@ def main() -> None:
         if a.part == "idf":
             model = SPLADECAI.from_backbone(a.model)
             model.fit_idf(data.doc_texts())
-            metrics = evaluate_splade_variants(model, data, extra_idf_exponents=(0.5,))
+            metrics = evaluate_splade_variants(model, data, extra_idf_exponents=(0.5,), extra_bm25_stemmers=(None,))
             save_rows("splade_cai", rows_for(metrics, ds, "splade-tiny: ", "splade_cai", {}))
             for k, v in metrics.items():
                 print(f"{ds:8s} {k:40s} nDCG@10={v['ndcg@10']:.4f}", flush=True)

@@ -173,12 +173,15 @@ def _is_splade_folder(path: str) -> bool:
 
 def evaluate_splade_variants(model, data, variants=("splade", "splade+idf", "splade-doc", "splade-doc+idf",
                                                     "hybrid", "hybrid+idf"), top_k: int = 1000,
-                             extra_idf_exponents: tuple[float, ...] = ()) -> dict:
+                             extra_idf_exponents: tuple[float, ...] = (),
+                             extra_bm25_stemmers: tuple[str | None, ...] = ()) -> dict:
     """nDCG@10 etc. of a SPLADECAI model on ``data`` in the paper's settings: full / BoW
     (SPLADE-Doc) queries, with / without IDF on documents, and BM25 + SPLADE by raw-score sum
     (Eq. 8-9). Documents are encoded once; IDF weighting is applied to the stored vectors
     (identical to encoding with ``use_idf``). ``extra_idf_exponents`` adds the ``+idf`` variants
-    again with ``idf ** e`` (e.g. 0.5, the authors' code), named ``"<variant> (idf^e)"``.
+    again with ``idf ** e`` (e.g. 0.5, the authors' code), named ``"<variant> (idf^e)"``;
+    ``extra_bm25_stemmers`` adds the hybrid variants again with BM25 under another stemmer
+    (``None``: no stemming), named ``"<variant> (BM25 stemmer=s)"``.
     Also reports the mean number of non-zeros per query and per document (sparsity check)."""
     from ..evaluation import evaluate_run
     from ..retrieval import BM25Index, SparseIndex, fuse, remove_self_matches, top_k_run
@@ -189,7 +192,7 @@ def evaluate_splade_variants(model, data, variants=("splade", "splade+idf", "spl
     texts, ids = data.doc_texts(), data.doc_ids()
     old = (model.config.use_idf, model.config.query_mode)
     results: dict = {}
-    bm25_run = None
+    bm25_runs: dict = {}
     try:
         model.config.use_idf = False
         plain = model.encode_corpus(texts, show_progress_bar=True)
@@ -207,14 +210,17 @@ def evaluate_splade_variants(model, data, variants=("splade", "splade+idf", "spl
             w_e = plain.multiply(model.idf_weights().cpu().numpy()[None, :]).tocsr()
             jobs += [(f"{v} (idf^{e:g})", v, w_e) for v in variants if v.endswith("+idf")]
         model.config.idf_exponent = exponent
-        for name, v, w_docs in jobs:
+        jobs = [(n, v, w, "english") for n, v, w in jobs]
+        for st in extra_bm25_stemmers:
+            jobs += [(f"{v} (BM25 stemmer={st})", v, weighted, st) for v in variants if v.startswith("hybrid")]
+        for name, v, w_docs, stemmer in jobs:
             docs = w_docs if v.endswith("+idf") else plain
             qv = q_bow if v.startswith("splade-doc") else q_full
             run = SparseIndex(docs, ids).search(qv, qids, top_k=k)
             if v.startswith("hybrid"):
-                if bm25_run is None:
-                    bm25_run = BM25Index.from_beir(data).search(queries, top_k=k)
-                run = fuse([bm25_run, run], method="sum", missing="zero")
+                if stemmer not in bm25_runs:
+                    bm25_runs[stemmer] = BM25Index.from_beir(data, stemmer=stemmer).search(queries, top_k=k)
+                run = fuse([bm25_runs[stemmer], run], method="sum", missing="zero")
             if data.ignore_identical_ids:
                 run = remove_self_matches(run)
             res = evaluate_run(data.qrels, top_k_run(run, top_k))
