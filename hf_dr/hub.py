@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["HubError", "ModelKind", "MODEL_KINDS", "detect_model_kind", "prepare_model_folder", "push_model",
            "prepare_dataset_folder", "push_dataset", "metrics_table", "load_metrics", "TEMPLATES_DIR",
-           "berm_available"]
+           "berm_available", "prepare_space_folder", "push_space"]
 
 #: card templates (jinja, rendered by huggingface_hub) live at the repository root
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "model_cards"
@@ -553,3 +553,55 @@ def push_dataset(data, repo_id: str | None = None, *, local_dir: str | os.PathLi
         folder = prepare_dataset_folder(data, Path(tmp) / "repo", repo_id=repo_id, **prepare_kwargs)
         return _upload(folder, repo_id, repo_type="dataset", private=private, token=token,
                        commit_message=commit_message, api=api)
+
+
+# ---------------------------------------------------------------------------- the Space
+SPACE_DIR = Path(__file__).resolve().parent.parent / "spaces" / "search_demo"
+_SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "img" / "search_demo.png"
+
+
+def prepare_space_folder(out_dir: str | os.PathLike, space_dir: str | os.PathLike = SPACE_DIR, *,
+                         overwrite: bool = False) -> Path:
+    """The folder a Gradio Space repo of the search demo holds: ``app.py``, ``requirements.txt``,
+    ``README.md`` (Space front-matter) and a copy of the ``hf_dr`` package beside ``app.py`` (so
+    the Space runs this exact code; the bundled sample corpus comes with it)."""
+    src = Path(space_dir)
+    if not (src / "app.py").is_file() or not (src / "README.md").is_file():
+        raise HubError(f"{src} is not a Space folder (app.py and README.md with Space front-matter expected)")
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()):
+        if not overwrite:
+            raise HubError(f"{out} is not empty: choose an empty folder (or --overwrite)")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.is_file() and f.suffix in (".py", ".txt", ".md", ".json"):
+            shutil.copy2(f, out / f.name)
+    pkg = Path(__file__).resolve().parent
+    shutil.copytree(pkg, out / "hf_dr", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    readme = (out / "README.md").read_text()
+    if _SCREENSHOT.is_file():  # the README's screenshot link points into the repository's docs/
+        shutil.copy2(_SCREENSHOT, out / _SCREENSHOT.name)
+        readme = readme.replace("../../docs/img/search_demo.png", _SCREENSHOT.name)
+    (out / "README.md").write_text(readme)
+    return out
+
+
+def push_space(repo_id: str | None = None, *, space_dir: str | os.PathLike = SPACE_DIR,
+               local_dir: str | os.PathLike | None = None, private: bool = False, token: str | None = None,
+               commit_message: str = "Upload with hf-dr push", api=None, overwrite: bool = False) -> str:
+    """Deploy the search Space: written to ``local_dir``, or uploaded (one ``upload_folder``) to the
+    Space ``repo_id`` (created with ``space_sdk="gradio"``)."""
+    if local_dir is not None:
+        return str(prepare_space_folder(local_dir, space_dir, overwrite=overwrite))
+    if not repo_id:
+        raise HubError("give --repo-id to upload (or --local-dir to only write the folder)")
+    from huggingface_hub import HfApi
+
+    api = api or HfApi(token=token)
+    with tempfile.TemporaryDirectory(prefix="hf-dr-space-") as tmp:
+        folder = prepare_space_folder(Path(tmp) / "repo", space_dir)
+        api.create_repo(repo_id, repo_type="space", space_sdk="gradio", private=private, exist_ok=True)
+        info = api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="space",
+                                 commit_message=commit_message)
+        return str(getattr(info, "commit_url", info))

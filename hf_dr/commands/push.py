@@ -1,5 +1,5 @@
-"""``hf-dr push``: publish a saved model (BERMEncoder, DDR REM or DAM, SPLADECAI, DenseEncoder) or a
-dataset to the Hugging Face Hub with its card. ``--local-dir OUT`` writes exactly the folder that
+"""``hf-dr push``: publish a saved model (BERMEncoder, DDR REM or DAM, SPLADECAI, DenseEncoder), a
+dataset (``--dataset``) or the search Space (``--space``) to the Hugging Face Hub, with its card. ``--local-dir OUT`` writes exactly the folder that
 would be uploaded, without network."""
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ def register(sub) -> None:
     p.add_argument("--metrics", nargs="+", default=[], metavar="JSON",
                    help="metrics.json files of `hf-dr evaluate --output`: the card's results table")
     p.add_argument("--dataset", action="store_true", help="MODEL_DIR is a dataset: push parquet + dataset card")
+    p.add_argument("--space", action="store_true", help="MODEL_DIR is the search Space (spaces/search_demo): "
+                   "push app.py, requirements.txt, README.md and the hf_dr package to a Gradio Space")
     p.add_argument("--template", default=None, help="card template name under model_cards/ (default: the kind's)")
     p.add_argument("--base-model", default=None, help="Hub id of the base model (default: inferred when a Hub id)")
     p.add_argument("--datasets", nargs="+", default=[], metavar="ID", help="Hub ids of the training / evaluation data")
@@ -32,9 +34,12 @@ def register(sub) -> None:
 
 def run(args) -> int:
     # HubError is a ValueError: the CLI prints it without a traceback (exit status 2)
-    from ..hub import push_dataset, push_model
+    from ..hub import push_dataset, push_model, push_space
 
-    if args.dataset:
+    if args.space:
+        where = push_space(args.repo_id, space_dir=args.path, local_dir=args.local_dir, private=args.private,
+                           token=args.token, overwrite=args.overwrite)
+    elif args.dataset:
         where = push_dataset(args.path, args.repo_id, local_dir=args.local_dir, private=args.private,
                              token=args.token, template=args.template or "dataset", license=args.license,
                              overwrite=args.overwrite,
