@@ -171,3 +171,41 @@ def test_config_from_env_and_file(tmp_path, monkeypatch):
     assert cfg.top_k == 7 and cfg.dense_model == "/some/model" and cfg.dams() == {"bio": str(tmp_path / "dams" / "bio")}
     assert app.SpaceConfig(ddr_dams="a=/x, b=/y").dams() == {"a": "/x", "b": "/y"}
     assert Path(app.SpaceConfig().corpus) == SAMPLE
+
+
+def test_space_folder_for_the_hub(tmp_path):
+    from huggingface_hub import RepoCard
+
+    from hf_dr.cli import main as cli
+
+    out = tmp_path / "space"
+    assert cli(["push", str(APP.parent), "--space", "--local-dir", str(out)]) == 0
+    assert {"app.py", "requirements.txt", "README.md"} <= {p.name for p in out.iterdir()}
+    assert (out / "hf_dr" / "models" / "ddr" / "modeling_ddr.py").is_file()  # the package travels with the app
+    assert (out / "hf_dr" / "data" / "sample" / "scifact-mini" / "corpus.jsonl").is_file()
+    assert not list(out.rglob("__pycache__"))
+    meta = RepoCard.load(out / "README.md").data.to_dict()
+    assert meta["sdk"] == "gradio" and meta["app_file"] == "app.py"
+    assert "../../docs" not in (out / "README.md").read_text()
+    reqs = (out / "requirements.txt").read_text()
+    assert "faiss-cpu" in reqs and "bm25s" in reqs
+
+
+@pytest.mark.skipif(not any(map(__import__("shutil").which, ("chromium", "chromium-browser"))),
+                    reason="Debian's chromium is not installed (apt-get install -y chromium)")
+def test_headless_chromium_types_a_query_and_sees_results(tmp_path):
+    """What benchmarks/space_screenshot.py does for docs/img/search_demo.png, on a small corpus with BM25."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import space_screenshot
+
+    corpus = _small_beir(tmp_path / "corpus")
+    proc, port = space_screenshot.start_app({"HF_DR_CORPUS": str(corpus), "HF_HUB_OFFLINE": "1",
+                                             "OMP_NUM_THREADS": "1"}, log_path=tmp_path / "app.log")
+    try:
+        seen = space_screenshot.screenshot(f"http://127.0.0.1:{port}/", tmp_path / "shot.png",
+                                           "vitamin D deficiency and bone loss", "BM25", timeout=120)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    assert "BM25" in seen["status"] and seen["hits"] and seen["hits"][0].startswith("1. ")
+    assert (tmp_path / "shot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
