@@ -396,8 +396,14 @@ def _render_model_card(kind: ModelKind, model, template: Path, out: Path, *, rep
         "(`hf-dr push --metrics metrics.json`).",
         usage=usage_snippet(kind, repo_id, max_query_length=int(cfg.get("max_query_length") or 64),
                             max_doc_length=int(cfg.get("max_doc_length") or 256)),
-        model_class=kind.class_name, similarity=_similarity_words(cfg), **_ddr_vars(kind, model, info), **extra)
+        model_class=kind.class_name, similarity=_similarity_words(cfg), **_kind_vars(kind, model, info), **extra)
     card = ModelCard.from_template(data, template_path=str(template), **variables)
+    if "usage" not in template.read_text():
+        # a template without the snippet (e.g. written for the training script): the published card
+        # still says how to load the repo without hf-dr, with a snippet that runs
+        card.text = card.text.rstrip() + ("\n\n## Usage without hf-dr\n\nThe model code is in this repository "
+                                          "(hence `trust_remote_code=True`):\n\n```python\n"
+                                          f"{variables['usage']}```\n")
     card.save(out / "README.md")
 
 
@@ -411,8 +417,9 @@ def _similarity_words(cfg: dict) -> str:
     return "cosine" if cfg.get("similarity") == "cos" else "inner product"
 
 
-def _ddr_vars(kind: ModelKind, model, info: dict) -> dict:
-    """The variables model_cards/ddr_rem.md and ddr_dam.md name (also filled by the examples)."""
+def _kind_vars(kind: ModelKind, model, info: dict) -> dict:
+    """The variables the kind's own template names (model_cards/ddr_rem.md, ddr_dam.md, berm.md —
+    the training examples fill the same ones), from the config and the saved training info."""
     if kind.name == "ddr_rem":
         c = model.config
         return dict(rem_type=c.rem_type, lora_rank=c.lora_rank,
@@ -431,6 +438,17 @@ def _ddr_vars(kind: ModelKind, model, info: dict) -> dict:
                     max_length=mlm.get("max_length", "?"), train_loss=info.get("train_loss"),
                     heldout_before=info.get("heldout_mlm_loss_before"),
                     heldout_after=info.get("heldout_mlm_loss_after"))
+    if kind.name == "berm":  # the names model_cards/berm.md uses (examples/train_berm.py fills the same)
+        cfg = getattr(model, "config", None)
+        berm = info.get("berm")
+        return dict(backbone=info.get("model_name_or_path") or getattr(cfg, "backbone_name_or_path", None) or "?",
+                    style=info.get("style", "not recorded"),
+                    berm="not recorded" if berm is None else ("on" if berm else "off"),
+                    alpha=info.get("alpha", "?"), beta=info.get("beta", "?"), delta=info.get("delta", "?"),
+                    reader=info.get("reader") or "not recorded",
+                    train_data=f"`{info['train_data']}`" if info.get("train_data") else "not recorded",
+                    n_rows=info.get("n_rows", "?"), global_steps=info.get("global_steps", "?"),
+                    learning_rate=info.get("learning_rate", "?"))
     return {}
 
 

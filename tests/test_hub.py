@@ -86,7 +86,7 @@ def _metrics_json(path: Path) -> Path:
 def _card_snippet(readme: str) -> str:
     """The first python block of the card that loads the repo with plain transformers / ST."""
     for block in re.findall(r"```python\n(.*?)```", readme, flags=re.S):
-        if "from_pretrained" in block and "hf_dr" not in block or "SentenceTransformer(" in block:
+        if 'your-username/model")' in block and "hf_dr" not in block:
             return block
     raise AssertionError("the card has no usage snippet")
 
