@@ -163,6 +163,14 @@ def start_app(env_extra: dict | None = None, log_path: Path | None = None) -> tu
             time.sleep(0.5)
 
 
+def stop_app(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def screenshot(url: str, out: Path, query: str, retriever: str | None = None, width: int = 1280,
                height: int = 1000, timeout: float = 600) -> dict:
     """Open ``url``, choose ``retriever``, type ``query``, click Search, wait for the hits, save a
@@ -229,11 +237,7 @@ def main() -> int:
             print((Path(tmp) / "app.log").read_text()[-3000:], file=sys.stderr)
             raise
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_app(proc)
     print(json.dumps(seen, indent=1, ensure_ascii=False))
     print(f"wrote {a.out}")
     return 0 if seen["hits"] else 1

@@ -114,6 +114,14 @@ def berm_available() -> bool:
         return False
 
 
+def _fresh_dir(out: Path, overwrite: bool) -> None:
+    """Refuse to write into a non-empty folder unless asked to replace it."""
+    if out.exists() and any(out.iterdir()):
+        if not overwrite:
+            raise HubError(f"{out} is not empty: choose an empty folder (or pass overwrite=True / --overwrite)")
+        shutil.rmtree(out)
+
+
 def _read_json(path: Path) -> dict:
     try:
         obj = json.loads(path.read_text())
@@ -352,10 +360,7 @@ def prepare_model_folder(model_dir: str | os.PathLike, out_dir: str | os.PathLik
     out = Path(out_dir)
     if out.resolve() == src.resolve():
         raise HubError("--local-dir must differ from the model folder")
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise HubError(f"{out} is not empty: choose an empty folder (or pass overwrite=True / --overwrite)")
-        shutil.rmtree(out)
+    _fresh_dir(out, overwrite)
     tpl = TEMPLATES_DIR / f"{template or kind.template}.md"
     if not tpl.is_file():
         raise HubError(f"no card template {tpl} for {kind.title} models")
@@ -453,15 +458,23 @@ def _kind_vars(kind: ModelKind, model, info: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------- upload
-def _upload(folder: Path, repo_id: str, *, repo_type: str, private: bool, token: str | None,
-            commit_message: str, api=None) -> str:
-    """``create_repo`` (idempotent) then one ``upload_folder`` of the prepared folder."""
+def _publish(prepare: Callable[..., Path], repo_id: str | None, local_dir, *, repo_type: str, private: bool,
+             token: str | None, commit_message: str, api=None, create_kwargs: dict | None = None, **kwargs) -> str:
+    """With ``local_dir``: ``prepare(local_dir, repo_id=..., **kwargs)`` and return the folder (no network).
+    Otherwise prepare the folder in a temporary directory, ``create_repo`` (idempotent) and upload it
+    with one ``upload_folder`` call; returns the commit URL."""
+    if local_dir is not None:
+        return str(prepare(Path(local_dir), repo_id=repo_id, **kwargs))
+    if not repo_id:
+        raise HubError("give --repo-id to upload (or --local-dir to only write the folder)")
     from huggingface_hub import HfApi
 
     api = api or HfApi(token=token)
-    api.create_repo(repo_id, repo_type=repo_type, private=private, exist_ok=True)
-    info = api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type=repo_type,
-                             commit_message=commit_message)
+    with tempfile.TemporaryDirectory(prefix="hf-dr-push-") as tmp:
+        folder = prepare(Path(tmp) / "repo", repo_id=repo_id, **kwargs)
+        api.create_repo(repo_id, repo_type=repo_type, private=private, exist_ok=True, **(create_kwargs or {}))
+        info = api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type=repo_type,
+                                 commit_message=commit_message)
     return str(getattr(info, "commit_url", info))
 
 
@@ -470,14 +483,9 @@ def push_model(model_dir: str | os.PathLike, repo_id: str | None = None, *, loca
                api=None, **prepare_kwargs) -> str:
     """Publish a hf-dr model: with ``local_dir``, write the repo folder there (no network) and
     return its path; otherwise assemble it in a temporary folder and upload it to ``repo_id``."""
-    if local_dir is not None:
-        return str(prepare_model_folder(model_dir, local_dir, repo_id=repo_id, **prepare_kwargs))
-    if not repo_id:
-        raise HubError("give --repo-id to upload (or --local-dir to only write the folder)")
-    with tempfile.TemporaryDirectory(prefix="hf-dr-push-") as tmp:
-        folder = prepare_model_folder(model_dir, Path(tmp) / "repo", repo_id=repo_id, **prepare_kwargs)
-        return _upload(folder, repo_id, repo_type="model", private=private, token=token,
-                       commit_message=commit_message, api=api)
+    return _publish(lambda out, **kw: prepare_model_folder(model_dir, out, **kw), repo_id, local_dir,
+                    repo_type="model", private=private, token=token, commit_message=commit_message, api=api,
+                    **prepare_kwargs)
 
 
 # ---------------------------------------------------------------------------- datasets
@@ -523,10 +531,7 @@ def prepare_dataset_folder(data, out_dir: str | os.PathLike, *, repo_id: str | N
     if not tpl.is_file():
         raise HubError(f"no dataset card template {tpl}")
     out = Path(out_dir)
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise HubError(f"{out} is not empty: choose an empty folder (or --overwrite)")
-        shutil.rmtree(out)
+    _fresh_dir(out, overwrite)
     (out / "data").mkdir(parents=True, exist_ok=True)
     for split, ds in dd.items():
         ds.to_parquet(str(out / "data" / f"{split}.parquet"))
@@ -563,14 +568,9 @@ def push_dataset(data, repo_id: str | None = None, *, local_dir: str | os.PathLi
                  api=None, **prepare_kwargs) -> str:
     """Publish a dataset (see :func:`prepare_dataset_folder`): written to ``local_dir``, or
     uploaded to the dataset repo ``repo_id`` with one ``upload_folder`` call."""
-    if local_dir is not None:
-        return str(prepare_dataset_folder(data, local_dir, repo_id=repo_id, **prepare_kwargs))
-    if not repo_id:
-        raise HubError("give --repo-id to upload (or --local-dir to only write the folder)")
-    with tempfile.TemporaryDirectory(prefix="hf-dr-push-") as tmp:
-        folder = prepare_dataset_folder(data, Path(tmp) / "repo", repo_id=repo_id, **prepare_kwargs)
-        return _upload(folder, repo_id, repo_type="dataset", private=private, token=token,
-                       commit_message=commit_message, api=api)
+    return _publish(lambda out, **kw: prepare_dataset_folder(data, out, **kw), repo_id, local_dir,
+                    repo_type="dataset", private=private, token=token, commit_message=commit_message, api=api,
+                    **prepare_kwargs)
 
 
 # ---------------------------------------------------------------------------- the Space
@@ -587,10 +587,7 @@ def prepare_space_folder(out_dir: str | os.PathLike, space_dir: str | os.PathLik
     if not (src / "app.py").is_file() or not (src / "README.md").is_file():
         raise HubError(f"{src} is not a Space folder (app.py and README.md with Space front-matter expected)")
     out = Path(out_dir)
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise HubError(f"{out} is not empty: choose an empty folder (or --overwrite)")
-        shutil.rmtree(out)
+    _fresh_dir(out, overwrite)
     out.mkdir(parents=True, exist_ok=True)
     for f in src.iterdir():
         if f.is_file() and f.suffix in (".py", ".txt", ".md", ".json"):
@@ -610,16 +607,6 @@ def push_space(repo_id: str | None = None, *, space_dir: str | os.PathLike = SPA
                commit_message: str = "Upload with hf-dr push", api=None, overwrite: bool = False) -> str:
     """Deploy the search Space: written to ``local_dir``, or uploaded (one ``upload_folder``) to the
     Space ``repo_id`` (created with ``space_sdk="gradio"``)."""
-    if local_dir is not None:
-        return str(prepare_space_folder(local_dir, space_dir, overwrite=overwrite))
-    if not repo_id:
-        raise HubError("give --repo-id to upload (or --local-dir to only write the folder)")
-    from huggingface_hub import HfApi
-
-    api = api or HfApi(token=token)
-    with tempfile.TemporaryDirectory(prefix="hf-dr-space-") as tmp:
-        folder = prepare_space_folder(Path(tmp) / "repo", space_dir)
-        api.create_repo(repo_id, repo_type="space", space_sdk="gradio", private=private, exist_ok=True)
-        info = api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="space",
-                                 commit_message=commit_message)
-        return str(getattr(info, "commit_url", info))
+    return _publish(lambda out, repo_id=None: prepare_space_folder(out, space_dir, overwrite=overwrite), repo_id,
+                    local_dir, repo_type="space", private=private, token=token, commit_message=commit_message,
+                    api=api, create_kwargs={"space_sdk": "gradio"})

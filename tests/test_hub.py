@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from hf_dr.cli import main as cli
-from hf_dr.hub import HubError, berm_available, detect_model_kind, prepare_model_folder, push_dataset, push_model
+from hf_dr.hub import (HubError, berm_available, detect_model_kind, prepare_model_folder, push_dataset, push_model,
+                       push_space)
 from tests.conftest import run_without_hf_dr
 
 QUERIES = ["protein folding in cells", "what causes fever?"]
@@ -184,7 +185,7 @@ def test_push_uploads_one_folder(tiny_bert_dir, tmp_path):
 
     class FakeApi:  # the Hub is not reachable here: record what would be sent
         def create_repo(self, repo_id, **kw):
-            calls.append(("create_repo", repo_id, kw["repo_type"]))
+            calls.append(("create_repo", repo_id, kw["repo_type"], *([kw["space_sdk"]] if "space_sdk" in kw else [])))
 
         def upload_folder(self, folder_path, repo_id, repo_type, commit_message):
             calls.append(("upload_folder", repo_id, repo_type, sorted(p.name for p in Path(folder_path).iterdir())))
@@ -195,6 +196,10 @@ def test_push_uploads_one_folder(tiny_bert_dir, tmp_path):
     assert calls[0] == ("create_repo", "me/splade", "model")
     assert calls[1][:3] == ("upload_folder", "me/splade", "model") and len(calls) == 2
     assert {"README.md", "config.json", "model.safetensors", "modeling_splade.py"} <= set(calls[1][3])
+    calls.clear()
+    push_space("me/search", api=FakeApi())  # the Space: created with the gradio SDK, uploaded in one call
+    assert calls[0] == ("create_repo", "me/search", "space", "gradio")
+    assert calls[1][:3] == ("upload_folder", "me/search", "space") and {"app.py", "hf_dr"} <= set(calls[1][3])
 
 
 def test_push_errors_are_readable(tiny_bert_dir, tmp_path, capsys):

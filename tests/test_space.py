@@ -6,11 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,13 +14,8 @@ import torch
 
 from tests.conftest import REPO, SAMPLE
 
-APP = REPO / "spaces" / "search_demo" / "app.py"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+from space_screenshot import APP, find_chromium, screenshot, start_app, stop_app  # noqa: E402  (the same driver as the docs)
 
 
 def _small_beir(path: Path, n_docs: int = 60) -> Path:
@@ -55,36 +46,18 @@ def space(tiny_bert_dir, tmp_path_factory):
     cfg.hidden_size, cfg.intermediate_size = 48, 96
     BertForMaskedLM(cfg).save_pretrained(tmp / "dams" / "wrong-size")
     corpus = _small_beir(tmp / "corpus")
-    port = _free_port()
-    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False",
-           "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "HF_DR_CORPUS": str(corpus),
-           "HF_DR_DENSE_MODEL": str(tiny_bert_dir), "HF_DR_SPLADE_MODEL": str(tmp / "splade"),
-           "HF_DR_DDR_REM": str(tmp / "rem"), "HF_DR_DDR_DAMS": str(tmp / "dams"), "HF_DR_DEVICE": "cpu",
-           "OMP_NUM_THREADS": "1"}
-    env.pop("HF_DR_BERM_MODEL", None)
-    log = open(tmp / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, str(APP)], env=env, stdout=log, stderr=subprocess.STDOUT)
+    env = {"HF_HUB_OFFLINE": "1", "HF_DR_CORPUS": str(corpus), "HF_DR_DENSE_MODEL": str(tiny_bert_dir),
+           "HF_DR_SPLADE_MODEL": str(tmp / "splade"), "HF_DR_DDR_REM": str(tmp / "rem"),
+           "HF_DR_DDR_DAMS": str(tmp / "dams"), "HF_DR_DEVICE": "cpu", "OMP_NUM_THREADS": "1",
+           "HF_DR_BERM_MODEL": ""}
+    proc, port = start_app(env, log_path=tmp / "server.log")  # GRADIO_SERVER_PORT = a free port
     try:
         from gradio_client import Client
 
-        deadline = time.time() + 120
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.time() > deadline:
-                    raise RuntimeError("the app did not start:\n" + (tmp / "server.log").read_text()[-3000:])
-                time.sleep(0.5)
         client = Client(f"http://127.0.0.1:{port}/", verbose=False)
         yield {"client": client, "corpus": corpus, "tmp": tmp}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        stop_app(proc)
 
 
 def _query(space, retriever, query, *, corpus=None, dam="source DAM (the REM's own)", idf=True, k=5):
@@ -191,21 +164,16 @@ def test_space_folder_for_the_hub(tmp_path):
     assert "faiss-cpu" in reqs and "bm25s" in reqs
 
 
-@pytest.mark.skipif(not any(map(__import__("shutil").which, ("chromium", "chromium-browser"))),
-                    reason="Debian's chromium is not installed (apt-get install -y chromium)")
+@pytest.mark.skipif(find_chromium() is None, reason="Debian's chromium is not installed (apt-get install -y chromium)")
 def test_headless_chromium_types_a_query_and_sees_results(tmp_path):
     """What benchmarks/space_screenshot.py does for docs/img/search_demo.png, on a small corpus with BM25."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import space_screenshot
-
     corpus = _small_beir(tmp_path / "corpus")
-    proc, port = space_screenshot.start_app({"HF_DR_CORPUS": str(corpus), "HF_HUB_OFFLINE": "1",
+    proc, port = start_app({"HF_DR_CORPUS": str(corpus), "HF_HUB_OFFLINE": "1",
                                              "OMP_NUM_THREADS": "1"}, log_path=tmp_path / "app.log")
     try:
-        seen = space_screenshot.screenshot(f"http://127.0.0.1:{port}/", tmp_path / "shot.png",
+        seen = screenshot(f"http://127.0.0.1:{port}/", tmp_path / "shot.png",
                                            "vitamin D deficiency and bone loss", "BM25", timeout=120)
     finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+        stop_app(proc)
     assert "BM25" in seen["status"] and seen["hits"] and seen["hits"][0].startswith("1. ")
     assert (tmp_path / "shot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
