@@ -176,8 +176,9 @@ def load_metrics(paths: Sequence[str | os.PathLike]) -> list[dict]:
 
 
 def _dataset_label(row: dict) -> str:
+    """A Hub dataset id as is; a local BEIR folder by its name (paths of this machine mean nothing on the Hub)."""
     data = str(row.get("data", "?"))
-    return Path(data).name if os.path.sep in data and Path(data).exists() else data
+    return data if _hub_id(data) else Path(data).name
 
 
 def metrics_table(rows: Sequence[dict]) -> str:
@@ -443,6 +444,8 @@ def _kind_vars(kind: ModelKind, model, info: dict) -> dict:
                     max_length=mlm.get("max_length", "?"), train_loss=info.get("train_loss"),
                     heldout_before=info.get("heldout_mlm_loss_before"),
                     heldout_after=info.get("heldout_mlm_loss_after"))
+    if kind.name == "splade_cai":
+        return dict(vocab_size=f"{model.config.vocab_size:,}")
     if kind.name == "berm":  # the names model_cards/berm.md uses (examples/train_berm.py fills the same)
         cfg = getattr(model, "config", None)
         berm = info.get("berm")
