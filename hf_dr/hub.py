@@ -1,0 +1,615 @@
+"""Publishing to the Hugging Face Hub: model folders with cards, datasets with cards.
+
+:func:`prepare_model_folder` assembles exactly the folder a Hub repo of a hf-dr model holds —
+``config.json`` with ``auto_map``, ``model.safetensors``, the self-contained model code files
+that ``trust_remote_code`` imports, the tokenizer, and a ``README.md`` card rendered from
+``model_cards/<template>.md`` through :class:`huggingface_hub.ModelCard` (YAML card data:
+base model, datasets, licence, ``library_name``, tags, the method paper, ``model-index``
+results from ``hf-dr evaluate`` JSON files). :func:`push_model` uploads that folder with one
+:meth:`huggingface_hub.HfApi.upload_folder` call; with ``local_dir`` it only writes it.
+
+:func:`prepare_dataset_folder` / :func:`push_dataset` do the same for a ``datasets.Dataset``,
+a ``DatasetDict`` or a folder of parquet files: ``data/<split>.parquet`` + a dataset card.
+
+Model kinds are a small registry (:data:`MODEL_KINDS`): how a folder is recognised, which
+class loads and re-saves it, which card template and paper describe it. BERM is imported
+lazily, so this module works on a tree where ``hf_dr.models.berm`` does not exist yet.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["HubError", "ModelKind", "MODEL_KINDS", "detect_model_kind", "prepare_model_folder", "push_model",
+           "prepare_dataset_folder", "push_dataset", "metrics_table", "load_metrics", "TEMPLATES_DIR",
+           "berm_available", "prepare_space_folder", "push_space"]
+
+#: card templates (jinja, rendered by huggingface_hub) live at the repository root
+TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "model_cards"
+#: the placeholder repo id of a card written with ``--local-dir`` and no ``--repo-id``
+PLACEHOLDER_OWNER = "your-username"
+
+
+class HubError(ValueError):
+    """A folder that cannot be published (not a hf-dr model, missing template...)."""
+
+
+# ---------------------------------------------------------------------------- the registry
+@dataclass
+class ModelKind:
+    """One publishable model kind.
+
+    Args:
+        name: registry key (``splade_cai``, ``ddr_rem``, ``ddr_dam``, ``berm``, ``dense``).
+        template: card template file name under ``model_cards/`` (without ``.md``).
+        module / class_name: where the loading class lives (imported only when needed).
+        title / paper: the method, and its paper (``{"title", "authors", "venue", "url"}``).
+        tags / pipeline_tag: card metadata.
+        remote_code: the folder loads through ``AutoModel(..., trust_remote_code=True)``.
+        similarity: how the usage snippet scores queries against documents.
+    """
+
+    name: str
+    template: str
+    module: str
+    class_name: str
+    title: str
+    paper: dict
+    tags: list[str] = field(default_factory=list)
+    pipeline_tag: str = "feature-extraction"
+    remote_code: bool = True
+    similarity: str = "dot"
+
+    def load_class(self):
+        try:
+            return getattr(importlib.import_module(self.module), self.class_name)
+        except (ImportError, AttributeError) as e:
+            raise HubError(f"{self.title} support is not available in this installation "
+                           f"({self.module}.{self.class_name} cannot be imported: {e})") from e
+
+
+# the method papers (shared/papers/000, 001, 003); ``url`` only where the identifier is certain
+_BERM_PAPER = {"title": "BERM: Training the Balanced and Extractable Representation for Matching to Improve "
+                        "Generalization Ability of Dense Retrieval",
+               "authors": "Shicheng Xu, Liang Pang, Huawei Shen, Xueqi Cheng", "venue": "ACL 2023", "url": None}
+_DDR_PAPER = {"title": "Disentangled Modeling of Domain and Relevance for Adaptable Dense Retrieval",
+              "authors": "Jingtao Zhan, Qingyao Ai, Yiqun Liu, Jiaxin Mao, Xiaohui Xie, Min Zhang, Shaoping Ma",
+              "venue": "arXiv 2022", "url": "https://arxiv.org/abs/2208.05753"}
+_CAI_PAPER = {"title": "Unsupervised Domain Adaptation for Sparse Retrieval by Filling Vocabulary and Word "
+                       "Frequency Gaps", "authors": "Hiroki Iida, Naoaki Okazaki", "venue": "AACL-IJCNLP 2022",
+              "url": None}
+_SBERT_PAPER = {"title": "Sentence-BERT: Sentence Embeddings using Siamese BERT-Networks",
+                "authors": "Nils Reimers, Iryna Gurevych", "venue": "EMNLP 2019", "url": "https://arxiv.org/abs/1908.10084"}
+
+MODEL_KINDS: dict[str, ModelKind] = {
+    "splade_cai": ModelKind("splade_cai", "splade_cai", "hf_dr.models.splade", "SPLADECAI", "SPLADE-CAI", _CAI_PAPER,
+                            tags=["splade", "sparse-retrieval", "domain-adaptation", "adalm", "idf"]),
+    "ddr_rem": ModelKind("ddr_rem", "ddr_rem", "hf_dr.models.ddr", "DDRModel", "DDR REM", _DDR_PAPER,
+                         tags=["ddr", "rem", "dense-retrieval", "peft", "lora", "domain-adaptation"]),
+    "ddr_dam": ModelKind("ddr_dam", "ddr_dam", "transformers", "AutoModelForMaskedLM", "DDR DAM", _DDR_PAPER,
+                         tags=["ddr", "dam", "domain-adaptation"], pipeline_tag="fill-mask", remote_code=False),
+    "berm": ModelKind("berm", "berm", "hf_dr.models.berm", "BERMEncoder", "BERM", _BERM_PAPER,
+                      tags=["berm", "dense-retrieval", "domain-adaptation"]),
+    "dense": ModelKind("dense", "dense", "hf_dr.models.dense", "DenseEncoder", "Dense retriever", _SBERT_PAPER,
+                       tags=["dense-retrieval", "sentence-transformers"], remote_code=False),
+}
+
+
+def berm_available() -> bool:
+    """True when ``hf_dr.models.berm`` provides ``BERMEncoder`` (it is developed separately)."""
+    try:
+        return hasattr(importlib.import_module("hf_dr.models.berm"), "BERMEncoder")
+    except ImportError:
+        return False
+
+
+def _fresh_dir(out: Path, overwrite: bool) -> None:
+    """Refuse to write into a non-empty folder unless asked to replace it."""
+    if out.exists() and any(out.iterdir()):
+        if not overwrite:
+            raise HubError(f"{out} is not empty: choose an empty folder (or pass overwrite=True / --overwrite)")
+        shutil.rmtree(out)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def detect_model_kind(model_dir: str | os.PathLike, kind: str | None = None) -> ModelKind:
+    """Which kind of hf-dr model ``model_dir`` holds (``kind`` forces one); :class:`HubError`
+    when it is none."""
+    d = Path(model_dir)
+    if not d.is_dir():
+        raise HubError(f"{d}: no such model folder")
+    cfg = _read_json(d / "config.json")
+    if not cfg:
+        raise HubError(f"{d} is not a hf-dr model folder: it has no (readable) config.json")
+    if kind is not None:
+        if kind not in MODEL_KINDS:
+            raise HubError(f"unknown model kind {kind!r}: one of {', '.join(MODEL_KINDS)}")
+        return MODEL_KINDS[kind]
+    model_type = str(cfg.get("model_type", ""))
+    archs = cfg.get("architectures") or []
+    if model_type == "splade_cai" or "SPLADECAI" in archs:
+        return MODEL_KINDS["splade_cai"]
+    if model_type == "ddr" or "DDRModel" in archs:
+        return MODEL_KINDS["ddr_rem"]
+    if model_type.startswith("berm") or any(str(a).startswith("BERM") for a in archs):
+        return MODEL_KINDS["berm"]
+    if (d / "dam_info.json").is_file():  # written by examples/adapt_dam.py
+        return MODEL_KINDS["ddr_dam"]
+    if (d / "hf_dr_dense.json").is_file():  # written by DenseEncoder.save_pretrained
+        return MODEL_KINDS["dense"]
+    raise HubError(
+        f"{d} is not a hf-dr model folder (config model_type {model_type!r}, architectures {archs}). "
+        "Expected a folder saved by SPLADECAI / DDRModel / BERMEncoder / DenseEncoder.save_pretrained, "
+        "DDRModel.save_rem, or a DAM written by examples/adapt_dam.py (dam_info.json); "
+        "for a DAM saved otherwise pass --kind ddr_dam.")
+
+
+# ---------------------------------------------------------------------------- metrics
+def load_metrics(paths: Sequence[str | os.PathLike]) -> list[dict]:
+    """Read ``metrics.json`` files written by ``hf-dr evaluate --output`` (per-query scores dropped)."""
+    rows = []
+    for p in paths:
+        obj = _read_json(Path(p))
+        if not isinstance(obj.get("metrics"), dict):
+            raise HubError(f"{p} is not an hf-dr evaluation JSON (no 'metrics' object); write one with "
+                           "`hf-dr evaluate ... --output DIR` (DIR/metrics.json)")
+        rows.append({k: v for k, v in obj.items() if k != "per_query"})
+    return rows
+
+
+def _dataset_label(row: dict) -> str:
+    """A Hub dataset id as is; a local BEIR folder by its name (paths of this machine mean nothing on the Hub)."""
+    data = str(row.get("data", "?"))
+    return data if _hub_id(data) else Path(data).name
+
+
+def metrics_table(rows: Sequence[dict]) -> str:
+    """A markdown table (dataset, split, retriever, queries, metrics...) of evaluation rows."""
+    if not rows:
+        return ""
+    from .evaluation import metric_label
+
+    names = list(dict.fromkeys(m for r in rows for m in r["metrics"]))
+    head = ["dataset", "split", "retriever", "queries"] + [metric_label(m) for m in names]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [f"`{_dataset_label(r)}`", str(r.get("split", "")), str(r.get("retriever", "")),
+                 str(r.get("n_queries", ""))]
+        cells += [f"{r['metrics'][m]:.4f}" if m in r["metrics"] else "" for m in names]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _eval_results(rows: Sequence[dict]):
+    """``model-index`` entries (huggingface_hub.EvalResult) for the card metadata."""
+    from huggingface_hub import EvalResult
+
+    out = []
+    for r in rows:
+        name = _dataset_label(r)
+        for metric, value in r["metrics"].items():
+            out.append(EvalResult(task_type="text-retrieval", task_name="Retrieval", dataset_type=name,
+                                  dataset_name=name, dataset_split=r.get("split"), metric_type=metric.replace("@", "_at_"),
+                                  metric_name=metric, metric_value=round(float(value), 4)))
+    return out
+
+
+# ---------------------------------------------------------------------------- usage snippets
+def _hub_id(s: str | None) -> str | None:
+    """``s`` when it looks like a Hub repo id (owner/name or name) and is not a local path."""
+    if not s or Path(s).exists() or s.startswith((".", "/", "~")) or s.count("/") > 1:
+        return None
+    return s
+
+
+def usage_snippet(kind: ModelKind, repo_id: str, *, max_query_length: int = 64, max_doc_length: int = 256) -> str:
+    """Python that loads the published repo with plain transformers and scores a query against two
+    documents (tested: ``tests/test_hub.py`` runs it in a process where hf-dr is not installed)."""
+    if kind.name == "ddr_dam":
+        return (f'from transformers import AutoModelForMaskedLM, AutoTokenizer\n\n'
+                f'dam = AutoModelForMaskedLM.from_pretrained("{repo_id}")\n'
+                f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}")\n'
+                f'batch = tokenizer(["Fever is a [MASK] of infection."], return_tensors="pt")\n'
+                f'print(dam(**batch).logits.shape)\n')
+    if kind.name == "dense":
+        return (f'from sentence_transformers import SentenceTransformer\n\n'
+                f'model = SentenceTransformer("{repo_id}")\n'
+                f'q = model.encode(["what causes fever?"])\n'
+                f'd = model.encode(["Fever is caused by infection.", "The cat sat on the mat."])\n'
+                f'print(model.similarity(q, d))\n')
+    sparse = kind.name == "splade_cai"
+    score = "q @ d.T" + ("   # sparse [n, |V|] term weights: dot product of the matching terms" if sparse
+                         else "   # inner product of the embeddings")
+    return f'''import torch
+from transformers import AutoModel, AutoTokenizer
+
+model = AutoModel.from_pretrained("{repo_id}", trust_remote_code=True).eval()
+tokenizer = AutoTokenizer.from_pretrained("{repo_id}")
+
+
+def encode(texts, is_query):
+    batch = tokenizer(texts, padding=True, truncation=True, return_tensors="pt",
+                      max_length={max_query_length} if is_query else {max_doc_length})
+    with torch.no_grad():
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], is_query=is_query)
+    return out if isinstance(out, torch.Tensor) else out.embeddings
+
+
+q = encode(["what causes fever?"], is_query=True)
+d = encode(["Fever is caused by infection.", "The cat sat on the mat."], is_query=False)
+scores = {score}
+print(scores)
+'''
+
+
+# ---------------------------------------------------------------------------- saving
+def _save_model(kind: ModelKind, src: Path, out: Path, dam: str | None) -> tuple[Any, dict]:
+    """Load ``src`` with its class and re-save it into ``out`` (safetensors, auto_map, code files,
+    tokenizer). Returns the loaded model and extra card variables."""
+    extra: dict = {}
+    if kind.name == "ddr_dam":
+        from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+        model = AutoModelForMaskedLM.from_pretrained(src)
+        model.save_pretrained(out, safe_serialization=True)
+        AutoTokenizer.from_pretrained(src).save_pretrained(out)
+        return model, extra
+    if kind.name == "dense":
+        from .models.dense import DenseEncoder
+
+        model = DenseEncoder.from_pretrained(src)
+        model.save_pretrained(out, safe_serialization=True)
+        _write_sentence_transformers_files(model, out)
+        return model, extra
+    cls = kind.load_class()
+    if kind.name == "ddr_rem":
+        model = cls.from_pretrained(str(src), dam=dam) if dam and Path(dam).is_dir() else cls.from_pretrained(str(src))
+        if dam and not Path(dam).is_dir():
+            # a Hub DAM: the repo holds the REM only and names the DAM; loading pulls it from the Hub
+            model.save_rem(out, dam_name_or_path=dam)
+            extra.update(bundled_dam=False, dam_ref=dam)
+        else:
+            # the DAM travels in dam/ so that AutoModel.from_pretrained(repo) needs no dam=
+            model.save_pretrained(out)
+            extra.update(bundled_dam=True, dam_ref="dam")
+        extra["dam_signature"] = model.config.dam_signature()
+        extra["rem_parameters"] = f"{model.num_rem_parameters():,}"
+        return model, extra
+    model = cls.from_pretrained(str(src))
+    model.save_pretrained(out, safe_serialization=True)
+    if getattr(model, "tokenizer", None) is not None and not (out / "tokenizer_config.json").is_file():
+        model.tokenizer.save_pretrained(out)
+    return model, extra
+
+
+def _write_sentence_transformers_files(model, out: Path) -> None:
+    """modules.json + pooling (+ normalise) configs, so ``SentenceTransformer(repo)`` loads a
+    published DenseEncoder with the same pooling (DenseEncoder reads them back too)."""
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    if model.normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+        (out / "2_Normalize").mkdir(exist_ok=True)
+    (out / "modules.json").write_text(json.dumps(modules, indent=1))
+    (out / "1_Pooling").mkdir(exist_ok=True)
+    (out / "1_Pooling" / "config.json").write_text(json.dumps({
+        "word_embedding_dimension": model.config.hidden_size, "pooling_mode_cls_token": model.pooling == "cls",
+        "pooling_mode_mean_tokens": model.pooling == "mean", "pooling_mode_max_tokens": model.pooling == "max",
+        "pooling_mode_mean_sqrt_len_tokens": False}, indent=1))
+    (out / "sentence_bert_config.json").write_text(json.dumps(
+        {"max_seq_length": model.max_doc_length, "do_lower_case": False}, indent=1))
+
+
+def _flat_config(model) -> dict:
+    cfg = getattr(model, "config", None)
+    if cfg is None or not hasattr(cfg, "to_dict"):
+        return {}
+    return {k: v for k, v in cfg.to_dict().items() if not isinstance(v, dict)}
+
+
+def _base_model(kind: ModelKind, src: Path, model, info: dict) -> str | None:
+    cands = [info.get("base_model"), info.get("model_name_or_path")]
+    cfg = getattr(model, "config", None)
+    if kind.name == "ddr_rem":
+        cands.insert(0, getattr(cfg, "dam_name_or_path", None))
+    bcfg = getattr(cfg, "backbone_config", None)
+    cands.append(getattr(bcfg, "_name_or_path", None))
+    cands.append(getattr(cfg, "_name_or_path", None))
+    return next((c for c in map(_hub_id, cands) if c), None)
+
+
+def prepare_model_folder(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, repo_id: str | None = None,
+                         metrics: Sequence[str | os.PathLike] = (), base_model: str | None = None,
+                         datasets: Sequence[str] = (), license: str = "apache-2.0", template: str | None = None,
+                         dam: str | None = None, language: str | None = "en", overwrite: bool = False,
+                         kind: str | None = None, card_vars: Mapping[str, Any] | None = None) -> Path:
+    """Write the folder a Hub repo of the model in ``model_dir`` holds (nothing is uploaded).
+
+    Args:
+        model_dir: a folder saved by a hf-dr model (see :func:`detect_model_kind`).
+        out_dir: the folder to write (must be empty or absent unless ``overwrite``).
+        repo_id: the Hub id written into the card's usage snippet (a placeholder when ``None``).
+        metrics: ``metrics.json`` files of ``hf-dr evaluate``: the card's results table + model-index.
+        base_model / datasets / license / language: card metadata (``base_model`` is inferred
+            from the model's config / training info when it is a Hub id).
+        template: card template name under ``model_cards/`` (default: the kind's).
+        dam: DDR REM only — a DAM folder to bundle (default: the REM's own), or a Hub id to
+            reference instead of bundling one.
+        kind: force the model kind (a :data:`MODEL_KINDS` key) instead of detecting it.
+        card_vars: extra template variables.
+    """
+    src = Path(model_dir)
+    kind = detect_model_kind(src, kind)
+    out = Path(out_dir)
+    if out.resolve() == src.resolve():
+        raise HubError("--local-dir must differ from the model folder")
+    _fresh_dir(out, overwrite)
+    tpl = TEMPLATES_DIR / f"{template or kind.template}.md"
+    if not tpl.is_file():
+        raise HubError(f"no card template {tpl} for {kind.title} models")
+    rows = load_metrics(metrics)  # fail before writing anything
+    out.mkdir(parents=True, exist_ok=True)
+    model, extra = _save_model(kind, src, out, dam)
+    info = {**_read_json(src / "train_info.json"), **_read_json(src / "dam_info.json")}
+    for name in ("train_info.json", "dam_info.json"):
+        if (src / name).is_file():
+            shutil.copy2(src / name, out / name)
+    _render_model_card(kind, model, tpl, out, repo_id=repo_id or f"{PLACEHOLDER_OWNER}/{src.resolve().name}",
+                       rows=rows, base_model=base_model or _base_model(kind, src, model, info),
+                       datasets=list(datasets) or sorted({i for i in (_hub_id(r.get("data")) for r in rows) if i}),
+                       license=license, language=language, info=info, extra={**extra, **(card_vars or {})})
+    return out
+
+
+def _render_model_card(kind: ModelKind, model, template: Path, out: Path, *, repo_id: str, rows: list[dict],
+                       base_model: str | None, datasets: list[str], license: str, language: str | None,
+                       info: dict, extra: dict) -> None:
+    from huggingface_hub import ModelCard, ModelCardData
+
+    cfg = _flat_config(model)
+    data = ModelCardData(
+        language=language, license=license, library_name="transformers" if kind.name != "dense"
+        else "sentence-transformers", pipeline_tag=kind.pipeline_tag, base_model=base_model,
+        datasets=datasets or None, tags=["hf-dr", *kind.tags], model_name=repo_id.split("/")[-1],
+        eval_results=_eval_results(rows) or None)
+    # variables every template may use; the kind's own (config fields, training info) come first so
+    # that the generic names below always mean the same thing
+    variables = {**cfg, **info}
+    variables.update(
+        repo_id=repo_id, model_id=repo_id, kind=kind.name, method=kind.title, paper=kind.paper,
+        paper_title=kind.paper["title"], paper_url=kind.paper.get("url") or "",
+        paper_citation=_citation(kind.paper), base_model=base_model or info.get("base_model")
+        or info.get("model_name_or_path") or "", datasets=datasets, license=license,
+        results=metrics_table(rows) or "No evaluation was attached when this repo was published "
+        "(`hf-dr push --metrics metrics.json`).",
+        usage=usage_snippet(kind, repo_id, max_query_length=int(cfg.get("max_query_length") or 64),
+                            max_doc_length=int(cfg.get("max_doc_length") or 256)),
+        model_class=kind.class_name, similarity=_similarity_words(cfg), **_kind_vars(kind, model, info), **extra)
+    card = ModelCard.from_template(data, template_path=str(template), **variables)
+    if "usage" not in template.read_text():
+        # a template without the snippet (e.g. written for the training script): the published card
+        # still says how to load the repo without hf-dr, with a snippet that runs
+        card.text = card.text.rstrip() + ("\n\n## Usage without hf-dr\n\nThe model code is in this repository "
+                                          "(hence `trust_remote_code=True`):\n\n```python\n"
+                                          f"{variables['usage']}```\n")
+    card.save(out / "README.md")
+
+
+def _citation(paper: dict) -> str:
+    """One line naming the paper: authors, *title*, venue (linked when the URL is known)."""
+    title = f"[{paper['title']}]({paper['url']})" if paper.get("url") else paper["title"]
+    return f"{paper['authors']}. *{title}*. {paper['venue']}."
+
+
+def _similarity_words(cfg: dict) -> str:
+    return "cosine" if cfg.get("similarity") == "cos" else "inner product"
+
+
+def _kind_vars(kind: ModelKind, model, info: dict) -> dict:
+    """The variables the kind's own template names (model_cards/ddr_rem.md, ddr_dam.md, berm.md —
+    the training examples fill the same ones), from the config and the saved training info."""
+    if kind.name == "ddr_rem":
+        c = model.config
+        return dict(rem_type=c.rem_type, lora_rank=c.lora_rank,
+                    lora_targets=", ".join(c.lora_target_modules) if c.use_lora else "none",
+                    pa_bottleneck=c.pa_dim() if c.use_pa else "none", pa_scaling=c.pa_scaling,
+                    source_dam=info.get("model_name_or_path") or "dam/ (bundled)",
+                    train_data=f"`{info['train_data']}`" if info.get("train_data") else "not recorded",
+                    objective=info.get("objective", "not recorded"), n_rows=info.get("n_rows", "?"),
+                    global_steps=info.get("global_steps", "?"), learning_rate=info.get("learning_rate", "?"),
+                    pooling=c.pooling, max_query_length=c.max_query_length, max_doc_length=c.max_doc_length)
+    if kind.name == "ddr_dam":
+        mlm = info.get("mlm", {})
+        return dict(corpus=info.get("corpus", "?"), role=info.get("role", "target"),
+                    n_documents=info.get("n_documents", "?"), learning_rate=info.get("learning_rate", "?"),
+                    global_steps=info.get("global_steps", "?"), mlm_probability=mlm.get("mlm_probability", "?"),
+                    max_length=mlm.get("max_length", "?"), train_loss=info.get("train_loss"),
+                    heldout_before=info.get("heldout_mlm_loss_before"),
+                    heldout_after=info.get("heldout_mlm_loss_after"))
+    if kind.name == "splade_cai":
+        return dict(vocab_size=f"{model.config.vocab_size:,}")
+    if kind.name == "berm":  # the names model_cards/berm.md uses (examples/train_berm.py fills the same)
+        cfg = getattr(model, "config", None)
+        berm = info.get("berm")
+        return dict(backbone=info.get("model_name_or_path") or getattr(cfg, "backbone_name_or_path", None) or "?",
+                    style=info.get("style", "not recorded"),
+                    berm="not recorded" if berm is None else ("on" if berm else "off"),
+                    alpha=info.get("alpha", "?"), beta=info.get("beta", "?"), delta=info.get("delta", "?"),
+                    reader=info.get("reader") or "not recorded",
+                    train_data=f"`{info['train_data']}`" if info.get("train_data") else "not recorded",
+                    n_rows=info.get("n_rows", "?"), global_steps=info.get("global_steps", "?"),
+                    learning_rate=info.get("learning_rate", "?"))
+    return {}
+
+
+# ---------------------------------------------------------------------------- upload
+def _publish(prepare: Callable[..., Path], repo_id: str | None, local_dir, *, repo_type: str, private: bool,
+             token: str | None, commit_message: str, api=None, create_kwargs: dict | None = None, **kwargs) -> str:
+    """With ``local_dir``: ``prepare(local_dir, repo_id=..., **kwargs)`` and return the folder (no network).
+    Otherwise prepare the folder in a temporary directory, ``create_repo`` (idempotent) and upload it
+    with one ``upload_folder`` call; returns the commit URL."""
+    if local_dir is not None:
+        return str(prepare(Path(local_dir), repo_id=repo_id, **kwargs))
+    if not repo_id:
+        raise HubError("give --repo-id to upload (or --local-dir to only write the folder)")
+    from huggingface_hub import HfApi
+
+    api = api or HfApi(token=token)
+    with tempfile.TemporaryDirectory(prefix="hf-dr-push-") as tmp:
+        folder = prepare(Path(tmp) / "repo", repo_id=repo_id, **kwargs)
+        api.create_repo(repo_id, repo_type=repo_type, private=private, exist_ok=True, **(create_kwargs or {}))
+        info = api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type=repo_type,
+                                 commit_message=commit_message)
+    return str(getattr(info, "commit_url", info))
+
+
+def push_model(model_dir: str | os.PathLike, repo_id: str | None = None, *, local_dir: str | os.PathLike | None = None,
+               private: bool = False, token: str | None = None, commit_message: str = "Upload with hf-dr push",
+               api=None, **prepare_kwargs) -> str:
+    """Publish a hf-dr model: with ``local_dir``, write the repo folder there (no network) and
+    return its path; otherwise assemble it in a temporary folder and upload it to ``repo_id``."""
+    return _publish(lambda out, **kw: prepare_model_folder(model_dir, out, **kw), repo_id, local_dir,
+                    repo_type="model", private=private, token=token, commit_message=commit_message, api=api,
+                    **prepare_kwargs)
+
+
+# ---------------------------------------------------------------------------- datasets
+def _as_dataset_dict(data):
+    """A DatasetDict from a Dataset, a DatasetDict, a ``save_to_disk`` folder or a folder of
+    parquet files (one split per file stem, or ``data/<split>*.parquet``)."""
+    from datasets import Dataset, DatasetDict, load_from_disk
+
+    if isinstance(data, DatasetDict):
+        return data
+    if isinstance(data, Dataset):
+        return DatasetDict({"train": data})
+    p = Path(data)
+    if not p.is_dir():
+        raise HubError(f"{p}: not a dataset folder (a folder of parquet files or one written by save_to_disk)")
+    if (p / "dataset_dict.json").is_file() or (p / "state.json").is_file():
+        return _as_dataset_dict(load_from_disk(str(p)))
+    files = sorted(p.glob("*.parquet")) or sorted((p / "data").glob("*.parquet"))
+    if not files:
+        raise HubError(f"{p} holds no dataset: expected *.parquet files (or data/*.parquet), "
+                       "or a folder written by Dataset.save_to_disk")
+    splits: dict[str, list[str]] = {}
+    for f in files:
+        splits.setdefault(f.stem.split("-")[0], []).append(str(f))
+    return DatasetDict({s: Dataset.from_parquet(fs) for s, fs in splits.items()})
+
+
+def prepare_dataset_folder(data, out_dir: str | os.PathLike, *, repo_id: str | None = None,
+                           template: str = "dataset", card_data: Mapping[str, Any] | None = None,
+                           card_vars: Mapping[str, Any] | None = None, license: str = "apache-2.0",
+                           overwrite: bool = False) -> Path:
+    """Write a dataset repo folder: ``data/<split>.parquet`` per split and a ``README.md``
+    rendered from ``model_cards/<template>.md`` with :class:`huggingface_hub.DatasetCard`.
+
+    ``card_data`` adds YAML metadata fields (``task_categories``, ``source_datasets``, ``tags``...);
+    ``card_vars`` are template variables. The template also gets ``repo_id``, ``splits``
+    (``{split: n_rows}``), ``features`` (column -> type), ``n_rows`` and ``preview`` (a table).
+    """
+    from huggingface_hub import DatasetCard, DatasetCardData
+
+    dd = _as_dataset_dict(data)
+    tpl = TEMPLATES_DIR / f"{template}.md"
+    if not tpl.is_file():
+        raise HubError(f"no dataset card template {tpl}")
+    out = Path(out_dir)
+    _fresh_dir(out, overwrite)
+    (out / "data").mkdir(parents=True, exist_ok=True)
+    for split, ds in dd.items():
+        ds.to_parquet(str(out / "data" / f"{split}.parquet"))
+    meta = {"license": license, "task_categories": ["text-retrieval"], "tags": ["hf-dr"],
+            "configs": [{"config_name": "default",
+                         "data_files": [{"split": s, "path": f"data/{s}.parquet"} for s in dd]}],
+            **(card_data or {})}
+    first = next(iter(dd.values()))
+    repo_id = repo_id or f"{PLACEHOLDER_OWNER}/{out.resolve().name}"
+    variables = dict(repo_id=repo_id, splits={s: len(ds) for s, ds in dd.items()},
+                     n_rows=sum(len(ds) for ds in dd.values()),
+                     features={k: str(v) for k, v in first.features.items()}, preview=_preview(first),
+                     pretty_name=meta.get("pretty_name", repo_id.split("/")[-1]), **(card_vars or {}))
+    card = DatasetCard.from_template(DatasetCardData(**meta), template_path=str(tpl), **variables)
+    card.save(out / "README.md")
+    return out
+
+
+def _preview(ds, n: int = 3, width: int = 80) -> str:
+    cols = ds.column_names
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for row in ds.select(range(min(n, len(ds)))):
+        cells = []
+        for c in cols:
+            s = json.dumps(row[c], ensure_ascii=False) if not isinstance(row[c], str) else row[c]
+            s = s.replace("|", "\\|").replace("\n", " ")
+            cells.append(s if len(s) <= width else s[:width - 1] + "…")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def push_dataset(data, repo_id: str | None = None, *, local_dir: str | os.PathLike | None = None,
+                 private: bool = False, token: str | None = None, commit_message: str = "Upload with hf-dr push",
+                 api=None, **prepare_kwargs) -> str:
+    """Publish a dataset (see :func:`prepare_dataset_folder`): written to ``local_dir``, or
+    uploaded to the dataset repo ``repo_id`` with one ``upload_folder`` call."""
+    return _publish(lambda out, **kw: prepare_dataset_folder(data, out, **kw), repo_id, local_dir,
+                    repo_type="dataset", private=private, token=token, commit_message=commit_message, api=api,
+                    **prepare_kwargs)
+
+
+# ---------------------------------------------------------------------------- the Space
+SPACE_DIR = Path(__file__).resolve().parent.parent / "spaces" / "search_demo"
+_SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "img" / "search_demo.png"
+
+
+def prepare_space_folder(out_dir: str | os.PathLike, space_dir: str | os.PathLike = SPACE_DIR, *,
+                         overwrite: bool = False) -> Path:
+    """The folder a Gradio Space repo of the search demo holds: ``app.py``, ``requirements.txt``,
+    ``README.md`` (Space front-matter) and a copy of the ``hf_dr`` package beside ``app.py`` (so
+    the Space runs this exact code; the bundled sample corpus comes with it)."""
+    src = Path(space_dir)
+    if not (src / "app.py").is_file() or not (src / "README.md").is_file():
+        raise HubError(f"{src} is not a Space folder (app.py and README.md with Space front-matter expected)")
+    out = Path(out_dir)
+    _fresh_dir(out, overwrite)
+    out.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.is_file() and f.suffix in (".py", ".txt", ".md", ".json"):
+            shutil.copy2(f, out / f.name)
+    pkg = Path(__file__).resolve().parent
+    shutil.copytree(pkg, out / "hf_dr", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    readme = (out / "README.md").read_text()
+    if _SCREENSHOT.is_file():  # the README's screenshot link points into the repository's docs/
+        shutil.copy2(_SCREENSHOT, out / _SCREENSHOT.name)
+        readme = readme.replace("../../docs/img/search_demo.png", _SCREENSHOT.name)
+    (out / "README.md").write_text(readme)
+    return out
+
+
+def push_space(repo_id: str | None = None, *, space_dir: str | os.PathLike = SPACE_DIR,
+               local_dir: str | os.PathLike | None = None, private: bool = False, token: str | None = None,
+               commit_message: str = "Upload with hf-dr push", api=None, overwrite: bool = False) -> str:
+    """Deploy the search Space: written to ``local_dir``, or uploaded (one ``upload_folder``) to the
+    Space ``repo_id`` (created with ``space_sdk="gradio"``)."""
+    return _publish(lambda out, repo_id=None: prepare_space_folder(out, space_dir, overwrite=overwrite), repo_id,
+                    local_dir, repo_type="space", private=private, token=token, commit_message=commit_message,
+                    api=api, create_kwargs={"space_sdk": "gradio"})
