@@ -17,7 +17,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-LABELS = {"ndcg@10": "nDCG@10", "recall@100": "R@100", "recall@1000": "R@1000", "mrr@10": "MRR@10"}
+LABELS = {"ndcg@10": "nDCG@10", "recall@100": "R@100", "recall@1000": "R@1000", "mrr@10": "MRR@10",
+          "nnz_query": "nnz/query", "nnz_doc": "nnz/doc"}
 
 
 def load_rows() -> list[dict]:

@@ -40,8 +40,9 @@ def rows_for(metrics: dict, dataset: str, prefix: str, table: str, extra: dict) 
                                           f" ({tail}" if tail else "")
         rows.append({"table": table, "dataset": dataset, "system": f"{prefix}{label}",
                      "command": command_line(), "machine": machine(),
-                     "metrics": {k: m[k] for k in ("ndcg@10", "recall@100", "recall@1000")},
-                     "nnz_query": m["nnz_query"], "nnz_doc": m["nnz_doc"], **extra})
+                     "metrics": {**{k: m[k] for k in ("ndcg@10", "recall@100", "recall@1000")},
+                                 "nnz_query": round(m["nnz_query"], 1), "nnz_doc": round(m["nnz_doc"], 1)},
+                     **extra})
     return rows
 
 

@@ -203,7 +203,7 @@ def evaluate_splade_variants(model, data, variants=("splade", "splade+idf", "spl
         q_full = model.encode_queries([queries[q] for q in qids])
         model.config.query_mode = "bow"
         q_bow = model.encode_queries([queries[q] for q in qids])
-        stats = {"nnz_query": float(q_full.getnnz(axis=1).mean()), "nnz_doc": float(plain.getnnz(axis=1).mean())}
+        nnz_doc = float(plain.getnnz(axis=1).mean())  # IDF weighting keeps the non-zeros
         jobs = [(v, v, weighted) for v in variants]
         for e in extra_idf_exponents:
             model.config.idf_exponent = e
@@ -224,7 +224,8 @@ def evaluate_splade_variants(model, data, variants=("splade", "splade+idf", "spl
             if data.ignore_identical_ids:
                 run = remove_self_matches(run)
             res = evaluate_run(data.qrels, top_k_run(run, top_k))
-            results[name] = {**{m: round(x, 4) for m, x in res.aggregate.items()}, **stats}
+            results[name] = {**{m: round(x, 4) for m, x in res.aggregate.items()},
+                             "nnz_query": float(qv.getnnz(axis=1).mean()), "nnz_doc": nnz_doc}
     finally:
         model.config.use_idf, model.config.query_mode = old
     return results
