@@ -99,7 +99,7 @@ def test_split_units_sentences_and_edge_cases():
 
 
 def test_token_spans_clip_and_drop_truncated_units(tiny_tokenizer):
-    text = "apple banana. cherry date elder fig. grape."
+    text = "apple banana. cherry date elder lime. grape."
     spans = split_units(text)
     enc = tiny_tokenizer(text, truncation=True, max_length=7, return_offsets_mapping=True)
     toks, kept = unit_token_spans(enc["offset_mapping"], spans)
@@ -109,7 +109,7 @@ def test_token_spans_clip_and_drop_truncated_units(tiny_tokenizer):
 
 
 def test_collator_units_and_truncated_label(tiny_tokenizer):
-    text = "apple banana. cherry date elder fig. grape."
+    text = "apple banana. cherry date elder lime. grape."
     rows = [{"query": "grape", "pos": text, "neg": ["x"], "unit_char_spans": [list(s) for s in split_units(text)],
              "essential_unit": 2},
             {"query": "cherry", "pos": text, "neg": ["y"], "unit_char_spans": [list(s) for s in split_units(text)],
@@ -151,13 +151,13 @@ def test_annotate_dataset_and_reader(tiny_tokenizer, tmp_path):
     BertForQuestionAnswering(cfg).save_pretrained(tmp_path)
     tiny_tokenizer.save_pretrained(tmp_path)
     reader = UnitReader(str(tmp_path), device="cpu")
-    text = "apple banana. cherry date elder fig. grape."
+    text = "apple banana. cherry date elder lime. grape."
     r = reader("which fruit?", text, split_units(text))
     assert r.shape == (3,) and (r > 0).all() and r.sum() <= 1.0 + 1e-6  # maxima of one distribution
     ds = Dataset.from_list([{"query": "cherry", "pos": text}, {"query": "grape", "pos": "grape."}])
     out = annotate_units(ds, reader=reader, show_progress_bar=False)
     assert out["essential_unit"] == [1, 0]
-    assert out["units"][0] == ["apple banana.", "cherry date elder fig.", "grape."]
+    assert out["units"][0] == ["apple banana.", "cherry date elder lime.", "grape."]
 
 
 # -- model --------------------------------------------------------------------------------------
@@ -218,14 +218,14 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 m = AutoModel.from_pretrained({str(tmp_path / 'm')!r}, trust_remote_code=True).eval()
 assert type(m).__name__ == 'BERMEncoder', type(m)
-tok = AutoTokenizer.from_pretrained({str(tmp_path / 'm')!r})
+tok = AutoTokenizer.from_pretrained({str(tmp_path / 'm')!r}, trust_remote_code=True)
 ids = tok(['what is beta'], return_tensors='pt')
 with torch.no_grad():
-    print(repr(m(ids['input_ids'], ids['attention_mask'])[0].tolist()))
+    print('OUT:' + repr(m(ids['input_ids'], ids['attention_mask'])[0].tolist()))
 """
     r = run_without_hf_dr(script, tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
-    got = eval(r.stdout.strip().splitlines()[-1])
+    got = eval(r.stdout.split('OUT:')[-1].strip())
     assert np.allclose(got, want, atol=1e-5)
     # with hf-dr: AutoModel gives back the encode loop too
     from transformers import AutoModel
