@@ -149,9 +149,9 @@ def generalisation(a, models: dict, log) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=str(SHARED / "models" / "all-MiniLM-L6-v2"))
-    ap.add_argument("--steps", type=int, default=160, help="training steps per model (CPU budget)")
+    ap.add_argument("--steps", type=int, default=60, help="training steps per model (CPU budget)")
     ap.add_argument("--batch-size", type=int, default=16, help="distinct queries per batch (+1 hard negative each)")
-    ap.add_argument("--lr", type=float, default=2e-5)
+    ap.add_argument("--lr", type=float, default=3e-5)
     ap.add_argument("--doc-max-length", type=int, default=128, help="training passage length (MS MARCO passages fit)")
     ap.add_argument("--eval-doc-max-length", type=int, default=128, help="evaluation passage length (CPU budget)")
     ap.add_argument("--eval-query-max-length", type=int, default=128, help="evaluation query length (ArguAna queries are arguments)")

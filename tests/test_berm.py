@@ -279,3 +279,40 @@ def test_real_minilm_acceptance():
     d = m.encode_corpus(["Fever is caused by infection.", "The sky is blue."])
     assert q.shape == (1, 384) and d.shape == (2, 384) and q.dtype == np.float32
     assert m.config.pooling == "cls" and m.config.similarity == "dot"
+
+
+def test_cli_berm_diagnostics(tiny_berm, tmp_path, capsys):
+    import json
+
+    from hf_dr.cli import main
+
+    from .conftest import SAMPLE
+
+    tiny_berm.save_pretrained(tmp_path / "m")
+    rc = main(["berm-diagnostics", "--data", str(SAMPLE), "--split", "test", "--model", str(tmp_path / "m"),
+               "--max-pairs", "6", "--output", str(tmp_path / "out")])
+    assert rc == 0
+    res = json.loads((tmp_path / "out" / "berm_diagnostics.json").read_text())
+    r = res[str(tmp_path / "m")]
+    assert r["n_pairs"] == 6 and r["n_variance"] > 0 and 0.0 <= r["accuracy"] <= 1.0
+    assert (tmp_path / "out" / "berm_diagnostics.png").is_file()
+    assert "Var." in capsys.readouterr().out
+
+
+def test_unit_dataset_builder(tmp_path):
+    import importlib.util
+
+    from .conftest import REPO, SAMPLE
+
+    spec = importlib.util.spec_from_file_location("berm_units", REPO / "dataset_builders" / "berm_units.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    ds = mod.build_berm_units(str(SAMPLE), split="test", max_rows=5, output=str(tmp_path / "u"), show_progress_bar=False)
+    assert len(ds) == 5
+    assert {"query", "pos", "units", "unit_char_spans", "unit_scores", "essential_unit"} <= set(ds.column_names)
+    for r in ds:
+        assert [r["pos"][a:b] for a, b in r["unit_char_spans"]] == r["units"]
+        assert r["essential_unit"] == NO_LABEL or r["unit_scores"][r["essential_unit"]] == max(r["unit_scores"])
+    card = (tmp_path / "u" / "README.md").read_text()
+    assert "essential matching unit" in card and "Rows: 5" in card
+    assert (tmp_path / "u" / "data.parquet").is_file()
