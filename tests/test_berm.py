@@ -316,3 +316,46 @@ def test_unit_dataset_builder(tmp_path):
     card = (tmp_path / "u" / "README.md").read_text()
     assert "essential matching unit" in card and "Rows: 5" in card
     assert (tmp_path / "u" / "data.parquet").is_file()
+
+
+def _train_script():
+    import importlib.util
+    import sys
+
+    from .conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("train_berm", REPO / "examples" / "train_berm.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["train_berm"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("style,extra", [
+    ("vanilla", ["--train_data", "ROWS"]),
+    ("hard_negatives", ["--train_data", "SAMPLE", "--min_positive_grade", "1", "--negative_source", "bm25",
+                        "--distinct_queries_per_batch", "false", "--max_rows", "4"]),
+    ("distillation", ["--train_data", "ROWS", "--berm", "false"]),
+])
+def test_train_script_styles(tiny_bert_dir, tmp_path, style, extra):
+    from transformers import HfArgumentParser
+
+    from hf_dr.training import RetrievalTrainingArguments
+
+    from .conftest import SAMPLE
+
+    tb = _train_script()
+    rows = tmp_path / "rows.jsonl"
+    Dataset.from_list([{"query": f"what is {w}", "pos": f"Intro. {w} is {w}.", "neg": [f"other {i}."],
+                        "scores": [2.0, 0.0]} for i, w in enumerate(["alpha", "beta", "gamma", "delta"])]).to_json(str(rows))
+    extra = [str(rows) if x == "ROWS" else str(SAMPLE) if x == "SAMPLE" else x for x in extra]
+    parser = HfArgumentParser((tb.ModelArguments, tb.DataArguments, tb.BERMArguments, RetrievalTrainingArguments))
+    m, d, b, args = parser.parse_args_into_dataclasses(
+        ["--model_name_or_path", str(tiny_bert_dir), "--style", style, "--output_dir", str(tmp_path / "out"),
+         "--max_steps", "2", "--per_device_train_batch_size", "2", "--use_cpu", "true", "--save_strategy", "no",
+         "--disable_tqdm", "true", "--max_doc_length", "32", *extra])
+    model, info = tb.train(m, d, b, args)
+    assert info["global_steps"] == 2 and info["style"] == style
+    assert (info["alpha"], info["beta"]) == ((0.1, 1.0) if b.berm else (0.0, 0.0))
+    assert (tmp_path / "out" / "config.json").is_file() and (tmp_path / "out" / "README.md").is_file()
+    assert "BERM" in (tmp_path / "out" / "README.md").read_text()
