@@ -97,6 +97,7 @@ def diagnostics(a, models: dict, log) -> None:
                             "command": command_line(), "machine": machine(),
                             "metrics": {"Var. (lower = more balanced)": r["variance"],
                                         "Acc. (essential unit)": r["accuracy"],
+                                        "chance Acc. (1/units)": r["chance_accuracy"],
                                         "pairs (Var.)": r["n_variance"], "pairs (Acc.)": r["n_accuracy"]},
                             **_settings(a)}])
     plot_berm_diagnostics(results, ROOT / "docs" / "img" / "berm_diagnostics.png",

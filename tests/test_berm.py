@@ -267,6 +267,7 @@ def test_diagnostics_counts_and_plot(tiny_berm, tmp_path):
     r = berm_diagnostics(tiny_berm, rows, show_progress_bar=False)
     assert r["n_pairs"] == 3 and r["n_variance"] == 2 and r["n_accuracy"] == 1
     assert r["variance"] >= 0 and r["accuracy"] in (0.0, 1.0)
+    assert r["chance_accuracy"] == pytest.approx(1 / 3)  # the one labelled pair has 3 units
     p = plot_berm_diagnostics({"a": r, "b": r}, tmp_path / "d.png")
     assert p.is_file() and p.stat().st_size > 1000
 

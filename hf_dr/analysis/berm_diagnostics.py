@@ -32,7 +32,7 @@ def berm_diagnostics(model, rows, *, batch_size: int = 16, max_query_length: int
     list of dicts with ``query``, ``pos`` and the unit columns of
     :func:`hf_dr.labeling.units.annotate_units` (annotated here when missing).
 
-    Returns ``{"variance", "accuracy", "n_pairs", "n_variance", "n_accuracy",
+    Returns ``{"variance", "accuracy", "chance_accuracy" (mean 1/n_units), "n_pairs", "n_variance", "n_accuracy",
     "per_pair_variance", "per_pair_correct"}``.
     """
     from tqdm.auto import tqdm
@@ -65,6 +65,7 @@ def berm_diagnostics(model, rows, *, batch_size: int = 16, max_query_length: int
     model.eval()
     variances: list[float] = []
     correct: list[bool] = []
+    chance: list[float] = []  # 1 / n_units: the accuracy of picking a unit at random
     try:
         with torch.inference_mode():
             for s in tqdm(range(0, len(rows), batch_size), desc="BERM diagnostics", disable=not show_progress_bar):
@@ -84,12 +85,13 @@ def berm_diagnostics(model, rows, *, batch_size: int = 16, max_query_length: int
                     label = int(batch["unit_labels"][i])
                     if label >= 0:
                         correct.append(int(ext[i].argmax()) == label)
+                        chance.append(1.0 / int(n[i]))
     finally:
         if was_training:
             model.train()
     return {"variance": float(np.mean(variances)) if variances else float("nan"),
             "accuracy": float(np.mean(correct)) if correct else float("nan"),
-            "n_pairs": len(rows), "n_variance": len(variances), "n_accuracy": len(correct),
+            "chance_accuracy": float(np.mean(chance)) if chance else float("nan"), "n_pairs": len(rows), "n_variance": len(variances), "n_accuracy": len(correct),
             "per_pair_variance": variances, "per_pair_correct": [bool(c) for c in correct]}
 
 

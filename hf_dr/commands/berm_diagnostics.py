@@ -56,10 +56,10 @@ def run(args) -> int:
         if args.max_doc_length:
             model.config.max_doc_length = args.max_doc_length
         results[path] = berm_diagnostics(model, rows, batch_size=args.batch_size, device=args.device)
-    print(f"| model | Var. (lower = more balanced) | Acc. (essential unit) | pairs (Var. / Acc.) |")
-    print("|---|---:|---:|---:|")
+    print("| model | Var. (lower = more balanced) | Acc. (essential unit) | chance Acc. | pairs (Var. / Acc.) |")
+    print("|---|---:|---:|---:|---:|")
     for path, r in results.items():
-        print(f"| {path} | {r['variance']:.4f} | {r['accuracy']:.4f} | {r['n_variance']} / {r['n_accuracy']} |")
+        print(f"| {path} | {r['variance']:.4f} | {r['accuracy']:.4f} | {r['chance_accuracy']:.4f} | {r['n_variance']} / {r['n_accuracy']} |")
     if args.output:
         out = Path(args.output)
         out.mkdir(parents=True, exist_ok=True)
