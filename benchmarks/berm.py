@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import SHARED, command_line, machine, save_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-SYSTEMS = {"baseline": "MiniLM + contrastive (baseline)", "berm": "MiniLM + contrastive + BERM"}
+SYSTEMS = {"baseline": "MiniLM + contrastive (baseline)", "berm": "MiniLM + contrastive + BERM",
+           "start": "all-MiniLM-L6-v2 before training (mean pool, dot)"}
 
 
 def _train_module():
@@ -110,30 +111,44 @@ def _settings(a) -> dict:
             "seed": a.seed}
 
 
+def _evaluate(a, name: str, path, data, ds: str, log):
+    """EvalResult of one system on one dataset (cached per setting under --runs)."""
+    from hf_dr.evaluation import EvalResult, evaluate_model
+    from hf_dr.models.berm import BERMEncoder
+
+    cache = Path(a.runs) / name / f"eval_{ds}_{a.eval_doc_max_length}_{a.eval_query_max_length}.json"
+    if cache.is_file():
+        obj = json.loads(cache.read_text())
+        log(f"{ds} {name}: re-using {cache}")
+        return EvalResult(obj["metrics"], obj["per_query"], obj["n_queries"])
+    model = BERMEncoder.from_backbone(a.model, pooling="mean") if path is None else BERMEncoder.from_pretrained(path)
+    model.config.max_doc_length = a.eval_doc_max_length
+    model.config.max_query_length = a.eval_query_max_length
+    t0 = time.time()
+    r, _ = evaluate_model(model, data, batch_size=32, metrics=("ndcg@10", "recall@100"), show_progress_bar=True)
+    r.to_json(cache)
+    log(f"{ds} {name}: nDCG@10 {r.aggregate['ndcg@10']:.4f} ({time.time() - t0:.0f}s)")
+    return r
+
+
+def start_point(a, log) -> None:
+    """The untrained starting point under the same evaluation settings (context for both rows)."""
+    from hf_dr.data import load_beir
+
+    for ds in a.datasets:
+        r = _evaluate(a, "start", None, load_beir(SHARED / "data" / ds, split="test"), ds, log)
+        save_rows("berm", [{"table": "berm", "dataset": ds, "system": SYSTEMS["start"], "command": command_line(),
+                            "machine": machine(), "metrics": dict(r.aggregate), "n_queries": r.n_queries,
+                            **_settings(a)}])
+
+
 def generalisation(a, models: dict, log) -> None:
     from hf_dr.data import load_beir
-    from hf_dr.evaluation import EvalResult, evaluate_model, paired_ttest
-    from hf_dr.models.berm import BERMEncoder
+    from hf_dr.evaluation import paired_ttest
 
     for ds in a.datasets:
         data = load_beir(SHARED / "data" / ds, split="test")
-        res = {}
-        for name in ("baseline", "berm"):
-            cache = Path(a.runs) / name / f"eval_{ds}_{a.eval_doc_max_length}_{a.eval_query_max_length}.json"
-            if cache.is_file():
-                obj = json.loads(cache.read_text())
-                res[name] = EvalResult(obj["metrics"], obj["per_query"], obj["n_queries"])
-                log(f"{ds} {name}: re-using {cache}")
-                continue
-            model = BERMEncoder.from_pretrained(models[name])
-            model.config.max_doc_length = a.eval_doc_max_length
-            model.config.max_query_length = a.eval_query_max_length
-            t0 = time.time()
-            r, _ = evaluate_model(model, data, batch_size=32, metrics=("ndcg@10", "recall@100"),
-                                  show_progress_bar=True)
-            r.to_json(cache)
-            res[name] = r
-            log(f"{ds} {name}: nDCG@10 {r.aggregate['ndcg@10']:.4f} ({time.time() - t0:.0f}s)")
+        res = {name: _evaluate(a, name, models[name], data, ds, log) for name in ("baseline", "berm")}
         t, p = paired_ttest(res["berm"], res["baseline"], "ndcg@10")
         rows = []
         for name in ("baseline", "berm"):
@@ -160,7 +175,8 @@ def main() -> None:
     ap.add_argument("--diag-pairs", type=int, default=300, help="SciFact train (query, positive) pairs for Table 5")
     ap.add_argument("--datasets", nargs="+", default=["scifact", "arguana"])
     ap.add_argument("--parts", nargs="+", default=["diagnostics", "generalisation"],
-                    choices=["diagnostics", "generalisation"])
+                    choices=["diagnostics", "generalisation", "start"],
+                    help="start: also evaluate the untrained MiniLM under the same settings")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--runs", default="runs/berm", help="trained models and per-query results (re-used on re-run)")
     a = ap.parse_args()
@@ -174,6 +190,8 @@ def main() -> None:
         diagnostics(a, models, log)
     if "generalisation" in a.parts:
         generalisation(a, models, log)
+    if "start" in a.parts:
+        start_point(a, log)
     log("done")
 
 
