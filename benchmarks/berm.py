@@ -1,6 +1,6 @@
 """BERM rows (papers/000, Table 1 and Table 5 in miniature) with all-MiniLM-L6-v2, one command:
 
-    python benchmarks/berm.py
+    python benchmarks/berm.py --parts diagnostics generalisation start
 
 1. Train two retrievers from all-MiniLM-L6-v2 on the labelled source
    ../shared/data/msmarco-trecdl2019 (grade >= 2 positives, grade-0 hard negatives, batches of
