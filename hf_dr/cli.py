@@ -14,6 +14,7 @@ COMMANDS = [
     "hf_dr.commands.evaluate",
     "hf_dr.commands.quickstart",
     "hf_dr.commands.push",
+    "hf_dr.commands.berm_diagnostics",
 ]
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["contrastive_loss", "margin_mse_loss", "kl_distillation_loss", "flops_loss"]
+__all__ = ["contrastive_loss", "margin_mse_loss", "kl_distillation_loss", "flops_loss",
+           "unit_mean_pool", "unit_balance_loss", "unit_extract_loss", "matching_representation"]
 
 
 def contrastive_loss(q: torch.Tensor, d: torch.Tensor, targets: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
@@ -56,3 +57,98 @@ def flops_loss(reps: torch.Tensor) -> torch.Tensor:
     squared mean activation of each vocabulary entry, which pushes rarely useful terms to 0.
     """
     return torch.sum(torch.mean(torch.abs(reps), dim=0) ** 2)
+
+
+# -- BERM (Xu et al. 2023, papers/000): unit-level constraints on the representations ------------
+
+def unit_mean_pool(hidden: torch.Tensor, unit_spans: torch.Tensor, unit_mask: torch.Tensor) -> torch.Tensor:
+    """Unit embeddings ``E`` (BERM Eq. 3): ``e_i = mean(Z[s_i:d_i])`` for every unit of every
+    passage of the batch at once (no Python loop over examples).
+
+    Args:
+        hidden: ``[B, L, d]`` token states ``Z`` of the passages.
+        unit_spans: ``[B, U, 2]`` token span ``[start, end)`` of each unit (end exclusive),
+            already clipped to the truncated sequence (see :mod:`hf_dr.labeling.units`).
+        unit_mask: ``[B, U]`` bool, ``False`` for padding units (a passage with fewer than
+            ``U`` units) and for units with an empty span.
+    Returns ``[B, U, d]``; masked units are zero vectors.
+    """
+    L = hidden.shape[1]
+    pos = torch.arange(L, device=hidden.device).view(1, 1, L)
+    start = unit_spans[..., 0:1].to(hidden.device)
+    end = unit_spans[..., 1:2].to(hidden.device).clamp(max=L)
+    member = (pos >= start) & (pos < end) & unit_mask.to(hidden.device).bool().unsqueeze(-1)  # [B, U, L]
+    member = member.to(hidden.dtype)
+    counts = member.sum(-1, keepdim=True).clamp(min=1.0)
+    return torch.einsum("bul,bld->bud", member, hidden) / counts
+
+
+_NEG = torch.finfo(torch.float32).min
+
+
+def _unit_rows(unit_mask: torch.Tensor) -> torch.Tensor:
+    """Rows with at least one unit: the only rows where a distribution over units exists."""
+    return unit_mask.bool().any(dim=1)
+
+
+def _mean_or_zero(per_row: torch.Tensor, rows: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
+    # no usable row: 0, still attached to the graph so backward() and DDP see the parameters
+    if not bool(rows.any()):
+        return anchor.sum() * 0.0
+    return per_row[rows].mean()
+
+
+def unit_balance_loss(t_p: torch.Tensor, units: torch.Tensor, unit_mask: torch.Tensor) -> torch.Tensor:
+    """Semantic unit balance, BERM Eq. 4: ``KL(b || softmax_i(t_p . e_i))`` with ``b`` the
+    uniform distribution over the passage's ``n`` units, mean over the batch.
+
+    Args:
+        t_p: ``[B, d]`` passage representations.
+        units: ``[B, U, d]`` unit embeddings (Eq. 3, :func:`unit_mean_pool`).
+        unit_mask: ``[B, U]`` bool, valid units.
+
+    Defined behaviour: a passage with one unit has loss exactly 0 (a one-point distribution
+    is uniform); a passage with no unit (empty, or every unit truncated away) has no
+    distribution and is left out of the mean; a batch without units gives 0.
+    """
+    mask = unit_mask.bool()
+    # a finite fill keeps rows without units finite (an all -inf row would give NaN gradients)
+    sim = torch.einsum("bd,bud->bu", t_p, units).float().masked_fill(~mask, _NEG)
+    n = mask.sum(1).clamp(min=1).to(sim.dtype)
+    log_s = torch.log_softmax(sim, dim=1).masked_fill(~mask, 0.0)
+    # KL(b || s) = sum_i b_i (log b_i - log s_i) = -log n - (1/n) sum_i log s_i
+    per_row = -torch.log(n) - log_s.sum(1) / n
+    return _mean_or_zero(per_row, _unit_rows(mask), t_p)
+
+
+def matching_representation(t_q: torch.Tensor, t_p: torch.Tensor) -> torch.Tensor:
+    """BERM's matching representation ``m = GELU(t_q ⊙ t_p)`` (Sec. 4.2, R2)."""
+    return F.gelu(t_q * t_p)
+
+
+def unit_extract_loss(t_q: torch.Tensor, t_p: torch.Tensor, units: torch.Tensor, unit_mask: torch.Tensor,
+                      labels: torch.Tensor) -> torch.Tensor:
+    """Essential matching unit extractability, BERM Eq. 5: cross-entropy of the unit scores
+    ``m . e_i`` (``m = GELU(t_q ⊙ t_p)``) against the annotated essential unit, mean over the batch.
+
+    One ``log_softmax`` over the passage's valid units turns Eq. 5's ``log dot(m, e_i)`` into a
+    proper log-probability (the authors' code applies softmax twice; we do not).
+
+    Args:
+        t_q, t_p: ``[B, d]`` query / positive-passage representations.
+        units: ``[B, U, d]`` unit embeddings; unit_mask: ``[B, U]`` bool.
+        labels: ``[B]`` index of the essential unit; ``-100`` (or a masked unit) = no label
+            (no term overlap, or the unit was truncated away): the row is left out of the mean.
+    A one-unit passage with label 0 has loss exactly 0; a batch without a usable row gives 0.
+    """
+    mask = unit_mask.bool()
+    m = matching_representation(t_q, t_p)
+    scores = torch.einsum("bd,bud->bu", m, units).float().masked_fill(~mask, _NEG)
+    labels = labels.to(scores.device).long()
+    U = mask.shape[1]
+    safe = labels.clamp(min=0, max=max(U - 1, 0))
+    ok = (labels >= 0) & (labels < U) & mask.gather(1, safe.unsqueeze(1)).squeeze(1) if U else labels < -1
+    if not bool(ok.any()):
+        return t_q.sum() * 0.0 + t_p.sum() * 0.0
+    log_p = torch.log_softmax(scores[ok], dim=1)
+    return -log_p.gather(1, safe[ok].unsqueeze(1)).mean()

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["RetrievalCollator"]
+__all__ = ["RetrievalCollator", "UnitCollator"]
 
 
 @dataclass
@@ -57,4 +57,53 @@ class RetrievalCollator:
             if len(scores) != len(rows):
                 raise ValueError("teacher scores are given for some rows but not all")
             batch["teacher_scores"] = torch.tensor(scores, dtype=torch.float32)
+        return batch
+
+
+@dataclass
+class UnitCollator(RetrievalCollator):
+    """:class:`RetrievalCollator` plus BERM's unit spans of each row's positive (papers/000 §4.1).
+
+    Rows also carry ``unit_char_spans`` (list of ``[start, end)`` character spans of the
+    positive's sentence units) and ``essential_unit`` (int, ``-100`` = none), as written by
+    :func:`hf_dr.labeling.units.annotate_units`. Extra output keys:
+
+    * ``unit_spans`` ``[B, U, 2]``: token spans ``[s, d)`` in the positive's row of
+      ``doc_input_ids`` (clipped by truncation; units truncated away are dropped);
+    * ``unit_mask`` ``[B, U]`` bool; ``unit_labels`` ``[B]``: the essential unit's index among
+      the kept units, ``-100`` when it has none or was truncated away.
+    """
+
+    spans_column: str = "unit_char_spans"
+    label_column: str = "essential_unit"
+
+    def __call__(self, rows: Sequence[dict]) -> dict[str, torch.Tensor]:
+        from ..labeling.units import NO_LABEL, unit_token_spans
+
+        batch = super().__call__(rows)
+        group = batch["doc_input_ids"].shape[0] // len(rows)
+        pos = [r[self.pos_column] for r in rows]
+        # the positives again, alone, for their offsets: the same text, truncation and
+        # tokenizer give the same tokens as in the batch (shifted by left padding, if any)
+        enc = self.tokenizer(pos, truncation=True, max_length=self.doc_max_length, return_offsets_mapping=True)
+        spans, labels = [], []
+        for i, r in enumerate(rows):
+            if self.spans_column not in r:
+                raise KeyError(f"training row {i} has no {self.spans_column!r} column: annotate the data with "
+                               "hf_dr.labeling.units.annotate_units (or dataset_builders/berm_units.py)")
+            mask_row = batch["doc_attention_mask"][i * group]
+            shift = int(mask_row.argmax()) if self.tokenizer.padding_side == "left" else 0
+            s, kept = unit_token_spans(enc["offset_mapping"][i], r[self.spans_column] or [])
+            spans.append([(a + shift, b + shift) for a, b in s])
+            label = r.get(self.label_column, NO_LABEL)
+            label = NO_LABEL if label is None or label < 0 or label not in kept else kept.index(label)
+            labels.append(label)
+        U = max(1, max(len(s) for s in spans))
+        unit_spans = torch.zeros((len(rows), U, 2), dtype=torch.long)
+        unit_mask = torch.zeros((len(rows), U), dtype=torch.bool)
+        for i, s in enumerate(spans):
+            if s:
+                unit_spans[i, :len(s)] = torch.tensor(s, dtype=torch.long)
+                unit_mask[i, :len(s)] = True
+        batch.update(unit_spans=unit_spans, unit_mask=unit_mask, unit_labels=torch.tensor(labels, dtype=torch.long))
         return batch

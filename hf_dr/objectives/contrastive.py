@@ -46,6 +46,11 @@ class ContrastiveObjective:
 
     def __call__(self, model, inputs):
         q, d = embed_batch(model, inputs)
+        return self.loss_from_embeddings(q, d)
+
+    def loss_from_embeddings(self, q, d):
+        """The loss of already computed ``q [B, d]`` / ``d [B * group, d]`` (objectives that
+        add terms on top of the contrastive loss, e.g. BERM, reuse it)."""
         group = d.shape[0] // q.shape[0]
         if self.gather_across_processes:
             offset = _rank() * d.shape[0]

@@ -1,0 +1,170 @@
+"""BERMEncoder (Xu et al. 2023, papers/000): a single-vector dense retriever trained with
+BERM's unit constraints — semantic unit balance (Eq. 4) and essential matching unit
+extractability (Eq. 5) — on top of the usual contrastive loss.
+
+At inference it is exactly a bi-encoder (Fig. 3c: no extra module, no extra cost):
+``t = pool(g(text))`` (the [CLS] state by default, §4.2), scored by dot product. The unit
+machinery exists only in training (:mod:`hf_dr.losses`, :mod:`hf_dr.objectives.berm`) and in
+:meth:`BERMEncoder.score_units`, which shows which sentence of a passage the query matches.
+
+Self-contained (torch + transformers, relative imports) so a saved folder loads with
+``AutoModel.from_pretrained(dir, trust_remote_code=True)`` without hf-dr installed.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import AutoModel, AutoTokenizer, PreTrainedModel
+from transformers.utils import ModelOutput
+
+from .configuration_berm import BERMConfig
+
+try:  # the shared encode loop of hf-dr, when installed
+    from hf_dr.encoding import EncoderMixin
+except ImportError:  # loaded from the Hub without hf-dr: forward() is the whole model
+    class EncoderMixin:  # type: ignore[no-redef]
+        pass
+
+__all__ = ["BERMEncoder", "BERMOutput"]
+
+
+@dataclass
+class BERMOutput(ModelOutput):
+    """``embeddings`` ``[B, d]`` (the text representation ``t``) and, when asked for with
+    ``output_token_states=True``, the token states ``Z`` ``[B, L, d]`` the unit embeddings
+    (Eq. 3) are pooled from."""
+
+    embeddings: torch.FloatTensor | None = None
+    last_hidden_state: torch.FloatTensor | None = None
+
+
+class BERMEncoder(EncoderMixin, PreTrainedModel):
+    """A bi-encoder over any ``AutoModel`` backbone (``self.backbone``), CLS pooling and dot
+    product by default, as in the paper.
+
+    ``BERMEncoder.from_backbone("bert-base-uncased")`` builds one from any checkpoint;
+    ``forward(input_ids, attention_mask, is_query)`` returns ``[B, d]``;
+    ``encode_queries`` / ``encode_corpus`` run hf-dr's one encode loop.
+    """
+
+    config_class = BERMConfig
+    base_model_prefix = "berm"
+    main_input_name = "input_ids"
+    _no_split_modules: list[str] = []
+    _supports_sdpa = True  # attention is the backbone's: let it keep SDPA / flash attention
+    _supports_flash_attn = True
+    _supports_attention_backend = True
+
+    def __init__(self, config: BERMConfig, backbone: nn.Module | None = None):
+        super().__init__(config)
+        if config.backbone_config is None:
+            raise ValueError("BERMConfig.backbone_config is required")
+        self.backbone = backbone if backbone is not None else AutoModel.from_config(config.backbone_config)
+        self.tokenizer = None
+        self.post_init()
+
+    def _init_weights(self, module):  # the backbone initialises itself; BERM adds no parameter
+        pass
+
+    def get_input_embeddings(self):
+        return self.backbone.get_input_embeddings()
+
+    # ------------------------------------------------------------------ building / loading
+    @classmethod
+    def from_backbone(cls, path_or_id: str | os.PathLike, pooling: str = "cls", similarity: str = "dot",
+                      tokenizer=None, **config_kwargs) -> "BERMEncoder":
+        """Wrap any encoder checkpoint (folder or Hub id) as a BERM encoder; ``config_kwargs``
+        set other :class:`BERMConfig` fields (``max_query_length``, ``max_doc_length``)."""
+        path_or_id = str(path_or_id)
+        backbone = AutoModel.from_pretrained(path_or_id)
+        attn = backbone.config._attn_implementation
+        config = BERMConfig(backbone_config=backbone.config, pooling=pooling, similarity=similarity,
+                            backbone_name_or_path=path_or_id, **config_kwargs)
+        model = cls(config, backbone=backbone)
+        model.tokenizer = tokenizer or AutoTokenizer.from_pretrained(path_or_id)
+        if attn and model.backbone.config._attn_implementation != attn:
+            model.backbone.set_attn_implementation(attn)
+        return model.eval()
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        try:
+            model.tokenizer = AutoTokenizer.from_pretrained(pretrained_model_name_or_path, trust_remote_code=False)
+        except (OSError, ValueError):
+            model.tokenizer = None
+        return model
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        # auto_map in config.json + the code files beside the weights: trust_remote_code loading
+        self.register_for_auto_class("AutoModel")
+        self.config.register_for_auto_class()
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(save_directory)
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, is_query: bool = False,
+                output_token_states: bool = False, **kwargs):
+        """Text representation ``t`` ``[B, d]`` (queries and passages share the encoder).
+        With ``output_token_states`` a :class:`BERMOutput` that also holds ``Z`` (training)."""
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        if self.config.pooling == "cls":
+            t = hidden[:, 0]
+        else:  # masked mean over the tokens
+            m = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            t = (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
+        if self.config.similarity == "cos":
+            t = nn.functional.normalize(t, dim=-1)
+        if output_token_states:
+            return BERMOutput(embeddings=t, last_hidden_state=hidden)
+        return t
+
+    # ------------------------------------------------------------------ interpretation (demo)
+    def score_units(self, query: str, passage: str, max_length: int | None = None):
+        """Which sentence of ``passage`` does ``query`` match? Returns ``(units, scores)``: the
+        passage's sentence units that survive truncation to ``max_length`` (default the
+        model's ``max_doc_length``) and, per unit, the extract score of Eq. 5,
+        ``m . e_i`` with ``m = GELU(t_q ⊙ t_p)`` and ``e_i`` the unit's mean token state
+        (Eq. 3); the highest-scoring unit is the essential matching unit. A one-sentence
+        passage gives one unit; an empty passage gives ``([], empty array)``.
+
+        Needs hf-dr (its sentence splitter and unit pooling).
+        """
+        try:
+            from hf_dr.labeling.units import split_units, unit_token_spans
+            from hf_dr.losses import matching_representation, unit_mean_pool
+        except ImportError as e:  # a Hub user without hf-dr still has forward / encode
+            raise ImportError("score_units needs hf-dr (pip install hf-dr) for sentence units") from e
+        import numpy as np
+
+        if self.tokenizer is None:
+            raise ValueError("score_units needs the model's tokenizer (model.tokenizer)")
+        char_spans = split_units(passage)
+        max_length = max_length or self.config.max_doc_length
+        dev = next(self.parameters()).device
+        enc = self.tokenizer(passage, truncation=True, max_length=max_length, return_offsets_mapping=True,
+                             return_tensors="pt")
+        spans, kept = unit_token_spans(enc.pop("offset_mapping")[0].tolist(), char_spans)
+        if not kept:
+            return [], np.zeros(0, dtype=np.float32)
+        q = self.tokenizer([query], truncation=True, max_length=self.config.max_query_length, return_tensors="pt")
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.inference_mode():
+                t_q = self(q["input_ids"].to(dev), q["attention_mask"].to(dev), is_query=True)
+                out = self(enc["input_ids"].to(dev), enc["attention_mask"].to(dev), output_token_states=True)
+                e = unit_mean_pool(out.last_hidden_state, torch.tensor([spans], device=dev),
+                                   torch.ones((1, len(spans)), dtype=torch.bool, device=dev))
+                scores = torch.einsum("bd,bud->bu", matching_representation(t_q, out.embeddings), e)[0]
+        finally:
+            if was_training:
+                self.train()
+        return [passage[char_spans[i][0]:char_spans[i][1]] for i in kept], scores.float().cpu().numpy()
