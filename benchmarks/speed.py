@@ -33,6 +33,18 @@ def best_time(fn, repeats: int) -> float:
     return min(times)
 
 
+def compare_encode(ours, peer, sample: list[str], batch_size: int, repeats: int) -> tuple[float, float]:
+    """docs/s of ``ours`` and ``peer`` (each ``fn(texts, batch_size=...)``) on ``sample``: a warm-up
+    of both, then ``repeats`` alternating timed runs (drifts in machine load hit both), best of each."""
+    ours(sample[:64], batch_size=batch_size)
+    peer(sample[:64], batch_size=batch_size)
+    t_ours, t_peer = [], []
+    for _ in range(repeats):
+        t_ours.append(best_time(lambda: ours(sample, batch_size=batch_size), 1))
+        t_peer.append(best_time(lambda: peer(sample, batch_size=batch_size), 1))
+    return len(sample) / min(t_ours), len(sample) / min(t_peer)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", default="scifact")
@@ -64,13 +76,9 @@ def main() -> None:
         ours = DenseEncoder.from_pretrained(a.model)
         st = SentenceTransformer(a.model, device="cpu")
         assert st.max_seq_length == ours.max_doc_length, (st.max_seq_length, ours.max_doc_length)
-        ours.encode_corpus(sample[:64], batch_size=a.batch_size)  # warm-up both
-        st.encode(sample[:64], batch_size=a.batch_size)
-        t_ours, t_st = [], []
-        for _ in range(a.repeats):  # alternate so drifts in machine load hit both
-            t_ours.append(best_time(lambda: ours.encode_corpus(sample, batch_size=a.batch_size, show_progress_bar=False), 1))
-            t_st.append(best_time(lambda: st.encode(sample, batch_size=a.batch_size, show_progress_bar=False), 1))
-        ours_dps, st_dps = len(sample) / min(t_ours), len(sample) / min(t_st)
+        ours_dps, st_dps = compare_encode(lambda x, **kw: ours.encode_corpus(x, show_progress_bar=False, **kw),
+                                          lambda x, **kw: st.encode(x, show_progress_bar=False, **kw),
+                                          sample, a.batch_size, a.repeats)
         print(f"encode: hf-dr {ours_dps:.1f} docs/s, sentence-transformers {st_dps:.1f} docs/s, "
               f"ratio {ours_dps / st_dps:.2f}x", flush=True)
         rows.append({**base, "system": "encode: hf-dr vs SentenceTransformer.encode (MiniLM, batch "
@@ -86,13 +94,8 @@ def main() -> None:
         sample = texts if a.n_docs <= 0 else random.Random(0).sample(texts, min(a.n_docs, len(texts)))
         st_sparse = SparseEncoder(a.sparse_model, device="cpu")
         ours = SPLADECAI.from_backbone(a.sparse_model, max_doc_length=st_sparse.max_seq_length)
-        ours.encode_corpus(sample[:64], batch_size=a.batch_size)
-        st_sparse.encode_document(sample[:64], batch_size=a.batch_size)
-        t_ours, t_st = [], []
-        for _ in range(a.repeats):
-            t_ours.append(best_time(lambda: ours.encode_corpus(sample, batch_size=a.batch_size, show_progress_bar=False), 1))
-            t_st.append(best_time(lambda: st_sparse.encode_document(sample, batch_size=a.batch_size), 1))
-        ours_dps, st_dps = len(sample) / min(t_ours), len(sample) / min(t_st)
+        ours_dps, st_dps = compare_encode(lambda x, **kw: ours.encode_corpus(x, show_progress_bar=False, **kw),
+                                          st_sparse.encode_document, sample, a.batch_size, a.repeats)
         print(f"encode sparse: hf-dr SPLADECAI {ours_dps:.1f} docs/s, SparseEncoder {st_dps:.1f} docs/s, "
               f"ratio {ours_dps / st_dps:.2f}x", flush=True)
         rows.append({**base, "system": "encode: SPLADECAI vs sentence-transformers SparseEncoder (splade-tiny, batch "
