@@ -13,6 +13,7 @@ import sys
 COMMANDS = [
     "hf_dr.commands.evaluate",
     "hf_dr.commands.quickstart",
+    "hf_dr.commands.label",
 ]
 
 
@@ -52,4 +53,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run the module as imported (hf_dr.cli), so its CLIError is the one the commands raise
+    from hf_dr.cli import main as _main
+
+    sys.exit(_main())
