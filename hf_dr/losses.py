@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["contrastive_loss", "margin_mse_loss", "kl_distillation_loss", "flops_loss"]
+__all__ = ["contrastive_loss", "margin_mse_loss", "kl_distillation_loss", "flops_loss", "ranknet_loss"]
 
 
 def contrastive_loss(q: torch.Tensor, d: torch.Tensor, targets: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
@@ -56,3 +56,13 @@ def flops_loss(reps: torch.Tensor) -> torch.Tensor:
     squared mean activation of each vocabulary entry, which pushes rarely useful terms to 0.
     """
     return torch.sum(torch.mean(torch.abs(reps), dim=0) ** 2)
+
+
+def ranknet_loss(pos_scores: torch.Tensor, neg_scores: torch.Tensor) -> torch.Tensor:
+    """RankNet pairwise loss (Burges 2010; Eq. 4 of papers/004, the DoDress paper):
+
+    ``L(q, d+, d-) = -log σ(S(q, d+) - S(q, d-))``, mean over the pairs. Computed as
+    ``softplus(-(S+ - S-))``, the same value without overflow for large margins.
+    Both inputs are 1-D of equal length (one entry per (q, d+, d-) triplet).
+    """
+    return F.softplus(neg_scores - pos_scores).mean()

@@ -9,12 +9,14 @@ used by :class:`hf_dr.training.RetrievalTrainer`. ``model`` is any encoder of th
 """
 
 from .contrastive import ContrastiveObjective, MarginMSEObjective, all_gather_with_grad
+from .ranknet import RankNetObjective
 from .splade import SpladeObjective
 
 OBJECTIVES = {
     "contrastive": ContrastiveObjective,
     "margin_mse": MarginMSEObjective,
     "splade": SpladeObjective,
+    "ranknet": RankNetObjective,
 }
 
 
@@ -26,4 +28,4 @@ def get_objective(name: str, **kwargs):
 
 
 __all__ = ["OBJECTIVES", "get_objective", "ContrastiveObjective", "MarginMSEObjective",
-           "all_gather_with_grad", "SpladeObjective"]
+           "all_gather_with_grad", "SpladeObjective", "RankNetObjective"]
