@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-from datasets import Dataset, load_from_disk
+from datasets import Dataset, Features, Value, load_from_disk
 from tqdm.auto import tqdm
 
 from .negatives import SAMPLERS, _check_sampler, sample_negatives
@@ -147,7 +147,7 @@ class StageCache:
         tmp = p.with_name(p.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         for n, ds in parts.items():
-            ds.save_to_disk(str(tmp / n))
+            ds.save_to_disk(str(tmp / n), num_shards=1)  # one shard even when empty (loadable)
         (tmp / "meta.json").write_text(json.dumps({"params": params, "splits": list(parts), "meta": meta}, default=str))
         shutil.rmtree(p, ignore_errors=True)
         tmp.rename(p)
@@ -336,7 +336,9 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
             for d in negs:
                 dev_rows.append({"query_id": q, "query": queries[q], "doc_id": d, "doc": texts[index_of[d]], "label": 0})
         train = Dataset.from_list(rows)
-        dev = Dataset.from_list(dev_rows) if dev_rows else Dataset.from_dict({c: [] for c in DEV_COLUMNS})
+        dev = Dataset.from_list(dev_rows) if dev_rows else Dataset.from_dict(
+            {c: [] for c in DEV_COLUMNS}, features=Features({c: Value("int64" if c == "label" else "string")
+                                                              for c in DEV_COLUMNS}))
         meta = {"queries_with_fewer_than_k_candidates": short_k, "pairs_with_fewer_than_m_negatives": short_m,
                 "positives_outside_dense_top_k": outside}
         return {"train": train, "dev": dev}, meta
@@ -368,7 +370,7 @@ def _save_dataset(ds: Dataset, path: Path) -> None:
         old.unlink(missing_ok=True)
     tmp = path / ".tmp_save"
     shutil.rmtree(tmp, ignore_errors=True)
-    ds.save_to_disk(str(tmp))
+    ds.save_to_disk(str(tmp), num_shards=1)
     for f in tmp.iterdir():
         f.replace(path / f.name)
     tmp.rmdir()
