@@ -38,7 +38,7 @@ class TrainArguments:
     student: str | None = field(default=None, metadata={"help": "encoder to fine-tune (default: --dense_model)"})
     max_length: int = field(default=350, metadata={"help": "max tokens of queries and documents"})
     learning_rate: float = 2e-6
-    batch_size: int = 8
+    train_batch_size: int = 8
     max_steps: int = 10_000
     eval_steps: int = 1_000
     eval_split: str = field(default="test", metadata={"help": "split evaluated after training"})
@@ -69,7 +69,7 @@ def main():
             setattr(student, attr, ta.max_length)
     out = Path(la.output) / "student"
     trainer = train_ranknet(student, labels.train, out, dev=labels.dev, max_length=ta.max_length,
-                            learning_rate=ta.learning_rate, batch_size=ta.batch_size, max_steps=ta.max_steps,
+                            learning_rate=ta.learning_rate, batch_size=ta.train_batch_size, max_steps=ta.max_steps,
                             eval_steps=ta.eval_steps)
     trainer.save_model(str(out / "best"))
     res, _ = evaluate_model(trainer.model, load_beir(la.data, split=ta.eval_split))

@@ -448,3 +448,36 @@ def test_cli_label(tmp_path, tiny_bert_dir, scifact200, capsys):
     assert "unknown negative sampler 'hard'" in capsys.readouterr().err
     assert main(argv[:4] + ["test"] + argv[5:]) == 2
     assert "test split" in capsys.readouterr().err
+
+
+def test_ranknet_training_works_for_a_ddr_model(tmp_path, tiny_bert_dir, tiny_encoder, scifact200):
+    """Labels from the pipeline feed the other encoders of the suite through the same trainer."""
+    from hf_dr.labeling.finetune import default_scale, train_ranknet
+    from hf_dr.models.ddr import DDRModel
+
+    res = _label(scifact200, tmp_path / "l", tiny_encoder, negatives="bm25")
+    torch.manual_seed(0)
+    ddr = DDRModel.from_backbone(tiny_bert_dir, lora_rank=4, max_doc_length=32, max_query_length=16)
+    assert default_scale(ddr) == 1.0  # dot product
+    trainer = train_ranknet(ddr, res.train, tmp_path / "s", dev=res.dev, max_length=32, learning_rate=1e-3,
+                            max_steps=2, eval_steps=1, logging_steps=1, disable_tqdm=True)
+    assert trainer.state.best_model_checkpoint is not None
+    assert len([h for h in trainer.state.log_history if "eval_ndcg@10" in h]) == 2
+
+
+def test_example_builds_labels_and_trains(tmp_path, tiny_bert_dir, scifact200, monkeypatch, capsys):
+    import runpy
+    import sys
+
+    from hf_dr.data import save_beir
+
+    save_beir(scifact200, tmp_path / "sf")
+    example = __import__("pathlib").Path(__file__).resolve().parent.parent / "examples" / "build_pseudo_labels.py"
+    monkeypatch.setattr(sys, "argv", [str(example), "--data", str(tmp_path / "sf"), "--output", str(tmp_path / "o"),
+                                      "--dense_model", str(tiny_bert_dir), "--negatives", "random", "--max_queries", "10",
+                                      "--dev_queries", "2", "--train", "--max_length", "32", "--max_steps", "2",
+                                      "--eval_steps", "1", "--eval_split", "train"])
+    runpy.run_path(str(example), run_name="__main__")
+    out = capsys.readouterr().out
+    assert '"triplets": 80' in out and '"ndcg@10"' in out
+    assert (tmp_path / "o" / "student" / "best").is_dir() and (tmp_path / "o" / "README.md").is_file()
