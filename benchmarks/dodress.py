@@ -45,8 +45,9 @@ def main():
     ap.add_argument("--model", default=str(SHARED / "models" / "all-MiniLM-L6-v2"))
     ap.add_argument("--max_length", type=int, default=128,
                     help="tokens per text for labelling, training and evaluation (paper: 350; MiniLM default 256)")
-    ap.add_argument("--steps", type=int, default=64, help="training steps per cell (paper: 10,000)")
-    ap.add_argument("--eval_steps", type=int, default=32, help="dev evaluation / checkpoint interval (paper: 1,000)")
+    ap.add_argument("--steps", type=int, default=48, help="training steps per cell (paper: 10,000)")
+    ap.add_argument("--eval_steps", type=int, default=0,
+                    help="dev evaluation / best-checkpoint interval (paper: 1,000); 0: no dev selection, last step kept")
     ap.add_argument("--lr", type=float, default=2e-5, help="peak learning rate, cosine decay (paper: 2e-6 over 10k steps)")
     ap.add_argument("--batch_size", type=int, default=8)
     ap.add_argument("--m", type=int, default=10)
@@ -70,7 +71,8 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     cmd = command_line()
     L = args.max_length
-    setting = f"max length {L}, {args.steps} steps x batch {args.batch_size}, lr {args.lr:g} cosine"
+    setting = f"max length {L}, {args.steps} steps x batch {args.batch_size}, lr {args.lr:g} cosine" + \
+        (f", best of dev every {args.eval_steps}" if args.eval_steps > 0 else ", last step")
     base_row = {"table": "dodress", "dataset": "scifact (test)", "command": cmd, "machine": machine()}
 
     train_data = load_beir(args.data, split="train")
@@ -116,9 +118,10 @@ def main():
         torch.manual_seed(args.seed)
         student = DenseEncoder.from_pretrained(args.model, max_length=L, max_query_length=L)
         out = work / f"student-{neg}-k{k}"
-        trainer = train_ranknet(student, labels.train.shuffle(seed=args.seed), out, dev=labels.dev, max_length=L,
+        trainer = train_ranknet(student, labels.train.shuffle(seed=args.seed), out,
+                                dev=labels.dev if args.eval_steps > 0 else None, max_length=L,
                                 learning_rate=args.lr, batch_size=args.batch_size, max_steps=args.steps,
-                                eval_steps=args.eval_steps, seed=args.seed, logging_steps=max(1, args.steps // 8),
+                                eval_steps=args.eval_steps or args.steps, seed=args.seed, logging_steps=max(1, args.steps // 8),
                                 disable_tqdm=True)
         dev_hist = [h["eval_ndcg@10"] for h in trainer.state.log_history if "eval_ndcg@10" in h]
         train_s = time.time() - t
