@@ -54,6 +54,7 @@ def main():
     ap.add_argument("--dev_queries", type=int, default=10, help="train queries held out as the pseudo dev set (paper: 40-50)")
     ap.add_argument("--cells", default=",".join(f"{n}:{k}" for n, k in GRID), help="negatives:k cells, in order")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no_refs", action="store_true", help="skip the zero-shot / BM25 / teacher rows")
     args = ap.parse_args()
 
     import numpy as np
@@ -94,21 +95,24 @@ def main():
     log(f"labelled ({first.stats['cache']}) in {time.time() - t:.0f}s: {first.stats['triplets']} triplets")
 
     # reference rows from the cached corpus embeddings: zero-shot student, BM25, the teacher
-    emb = np.load(sorted((work / "cache").glob("doc_embeddings-*.npy"))[0])
-    qs = test_data.split_queries()
-    q_emb = teacher_model.encode_queries(list(qs.values()))
-    zero = evaluate_run(test_data.qrels, DenseIndex(emb, test_data.doc_ids(), use_gpu=False).search(
-        q_emb, list(qs), top_k=1000), METRICS)
-    bm25_run = bm25.search(qs, top_k=100)
-    teacher = FusionReranker(bm25, teacher_model, doc_embeddings=emb, encoder_name=model_name)
-    teacher.query_embeddings.update(zip(qs, q_emb))
-    fused = teacher.rerank(bm25_run, qs, show_progress_bar=False)
-    refs = [(f"all-MiniLM-L6-v2 zero-shot ({setting.split(',')[0]})", zero.aggregate),
-            ("BM25 (bm25s, top-100)", evaluate_run(test_data.qrels, bm25_run, METRICS).aggregate),
-            ("teacher: BM25 top-100 reranked by z-score fusion BM25 + MiniLM", evaluate_run(test_data.qrels, fused, METRICS).aggregate)]
-    save_rows("dodress", [{**base_row, "system": s, "metrics": {m: round(v, 4) for m, v in agg.items()}} for s, agg in refs])
-    for s, agg in refs:
-        log(f"{s}: {agg}")
+    if not args.no_refs:
+        emb = np.load(sorted((work / "cache").glob("doc_embeddings-*.npy"))[0])
+        qs = test_data.split_queries()
+        q_emb = teacher_model.encode_queries(list(qs.values()))
+        zero = evaluate_run(test_data.qrels, DenseIndex(emb, test_data.doc_ids(), use_gpu=False).search(
+            q_emb, list(qs), top_k=1000), METRICS)
+        bm25_run = bm25.search(qs, top_k=100)
+        teacher = FusionReranker(bm25, teacher_model, doc_embeddings=emb, encoder_name=model_name)
+        teacher.query_embeddings.update(zip(qs, q_emb))
+        fused = teacher.rerank(bm25_run, qs, show_progress_bar=False)
+        refs = [(f"all-MiniLM-L6-v2 zero-shot ({setting.split(',')[0]})", zero.aggregate),
+                ("BM25 (bm25s, top-100)", evaluate_run(test_data.qrels, bm25_run, METRICS).aggregate),
+                ("teacher: BM25 top-100 reranked by z-score fusion BM25 + MiniLM",
+                 evaluate_run(test_data.qrels, fused, METRICS).aggregate)]
+        save_rows("dodress", [{**base_row, "system": s, "metrics": {m: round(v, 4) for m, v in agg.items()}}
+                              for s, agg in refs])
+        for s, agg in refs:
+            log(f"{s}: {agg}")
 
     for cell in args.cells.split(","):
         neg, k = cell.split(":")
