@@ -54,6 +54,8 @@ def main():
     ap.add_argument("--dev_queries", type=int, default=10, help="train queries held out as the pseudo dev set (paper: 40-50)")
     ap.add_argument("--cells", default=",".join(f"{n}:{k}" for n, k in GRID), help="negatives:k cells, in order")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--simans_score_scale", type=float, default=1.0,
+                    help="dense scores x this before SimANS Eq. 1 (20: the cosine student's training scale)")
     ap.add_argument("--no_refs", action="store_true", help="skip the zero-shot / BM25 / teacher rows")
     args = ap.parse_args()
 
@@ -84,7 +86,7 @@ def main():
 
     def label(neg: str, k: int):
         cfg = PseudoLabelConfig(negatives=neg, k=k, m=args.m, dev_queries=args.dev_queries, seed=args.seed,
-                                dense_max_length=L)
+                                dense_max_length=L, simans_score_scale=args.simans_score_scale)
         return build_pseudo_labels(train_data, work / f"labels-{neg}-k{k}", cfg, reranker="fusion",
                                    dense_encoder=teacher_model, dense_name=model_name, bm25=bm25,
                                    cache_dir=work / "cache", command=cmd)
@@ -130,7 +132,8 @@ def main():
         dev_hist = [h["eval_ndcg@10"] for h in trainer.state.log_history if "eval_ndcg@10" in h]
         train_s = time.time() - t
         res, _ = evaluate_model(trainer.model, test_data, top_k=1000, metrics=METRICS, show_progress_bar=False)
-        row = {**base_row, "system": f"DoDress: {neg} negatives, k={k}, m={args.m} ({setting})",
+        scaled = f" on {args.simans_score_scale:g} x cosine" if neg == "simans" and args.simans_score_scale != 1 else ""
+        row = {**base_row, "system": f"DoDress: {neg}{scaled} negatives, k={k}, m={args.m} ({setting})",
                "metrics": {m: round(v, 4) for m, v in res.aggregate.items()},
                "triplets": labels.stats["triplets"], "dev_ndcg@10": [round(v, 4) for v in dev_hist],
                "best_checkpoint": trainer.state.best_model_checkpoint and Path(trainer.state.best_model_checkpoint).name}

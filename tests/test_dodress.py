@@ -481,3 +481,22 @@ def test_example_builds_labels_and_trains(tmp_path, tiny_bert_dir, scifact200, m
     out = capsys.readouterr().out
     assert '"triplets": 80' in out and '"ndcg@10"' in out
     assert (tmp_path / "o" / "student" / "best").is_dir() and (tmp_path / "o" / "README.md").is_file()
+
+
+def test_simans_score_scale_concentrates_negatives_near_the_positive(tmp_path, tiny_encoder, scifact200):
+    """With cosine-range scores, a=0.5 is almost uniform over the top-K; scaling the scores
+    (the student's training scale) gives Eq. 1 its intended peak around the positive."""
+    import json
+
+    tiny_encoder.normalize = True  # a cosine retriever
+    cache2 = tmp_path / "c2"
+    flat = _label(scifact200, tmp_path / "a", tiny_encoder, cache2, m=5)
+    sharp = _label(scifact200, tmp_path / "b", tiny_encoder, cache2, m=5, simans_score_scale=200.0)
+    run = json.loads(next(cache2.glob("dense_run-*.json")).read_text())["value"]
+
+    def mean_gap(res):
+        gaps = [abs(run[r["query_id"]][r["neg_id"]] - run[r["query_id"]].get(r["pos_id"], 0.0)) for r in res.train
+                if r["pos_id"] in run[r["query_id"]]]
+        return float(np.mean(gaps))
+
+    assert mean_gap(sharp) < 0.7 * mean_gap(flat)

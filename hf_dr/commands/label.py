@@ -21,6 +21,8 @@ def register(sub) -> None:
     p.add_argument("--m", type=int, default=10, help="negatives per pseudo-positive")
     p.add_argument("--bm25-top", type=int, default=100, help="BM25 candidates reranked per query")
     p.add_argument("--simans-top-k", type=int, default=500, help="SimANS: top-K of the dense retriever")
+    p.add_argument("--simans-score-scale", type=float, default=1.0,
+                   help="dense scores x this before SimANS (20 for cosine models: a=0.5 is then not ~uniform)")
     p.add_argument("--dev-queries", type=int, default=50, help="queries held out for the dev set")
     p.add_argument("--max-queries", type=int, default=None, help="label only the first N queries (quick checks)")
     p.add_argument("--max-length", type=int, default=None, help="max tokens when encoding with the dense model")
@@ -38,7 +40,8 @@ def run(args) -> int:
     from ..models import load_encoder
 
     cfg = PseudoLabelConfig(split=args.split, bm25_top=args.bm25_top, k=args.k, m=args.m, negatives=args.negatives,
-                            simans_top_k=args.simans_top_k, dev_queries=args.dev_queries,
+                            simans_top_k=args.simans_top_k,
+                            simans_score_scale=args.simans_score_scale, dev_queries=args.dev_queries,
                             max_queries=args.max_queries, seed=args.seed, dense_max_length=args.max_length,
                             batch_size=args.batch_size)
     try:

@@ -60,6 +60,10 @@ class PseudoLabelConfig:
     simans_top_k: int = field(default=500, metadata={"help": "SimANS candidates: top-K of the dense retriever"})
     simans_a: float = field(default=0.5, metadata={"help": "SimANS a (density of Eq. 1)"})
     simans_b: float = field(default=0.0, metadata={"help": "SimANS b (offset of the peak of Eq. 1)"})
+    simans_score_scale: float = field(default=1.0, metadata={
+        "help": "multiply the dense scores by this before Eq. 1. a=0.5 suits dot-product scores (the paper); "
+                "with cosine scores in [-1, 1] Eq. 1 is then almost uniform over the top-K: use the student's "
+                "training scale (20 for cosine models, see hf_dr.labeling.finetune.default_scale)"})
     dev_queries: int = field(default=50, metadata={"help": "queries held out for the dev set (at most 1/5 of them)"})
     dev_positives: int = field(default=10, metadata={"help": "dev set: top reranked documents counted relevant"})
     dev_negatives: int = field(default=90, metadata={"help": "dev set: random negatives per query"})
@@ -304,9 +308,11 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
                 else:
                     # s(q, d~+) by the same dense retriever, from the stored embeddings (also for a
                     # positive outside its top-K, which papers/004 would drop)
-                    pos_score = float(doc_emb()[index_of[pos]] @ query_emb()[q])
+                    sc = config.simans_score_scale
+                    pos_score = sc * float(doc_emb()[index_of[pos]] @ query_emb()[q])
                     outside += pos not in dense_run[q]
-                    negs = sample_negatives("simans", config.m, positives=positives, rng=rng, ranked=dense_run[q],
+                    ranked = dense_run[q] if sc == 1.0 else {d: sc * v for d, v in dense_run[q].items()}
+                    negs = sample_negatives("simans", config.m, positives=positives, rng=rng, ranked=ranked,
                                             pos_score=pos_score, top_k=config.simans_top_k, a=config.simans_a,
                                             b=config.simans_b)
                 short_m += len(negs) < config.m
