@@ -15,6 +15,7 @@ COMMANDS = [
     "hf_dr.commands.quickstart",
     "hf_dr.commands.push",
     "hf_dr.commands.berm_diagnostics",
+    "hf_dr.commands.label",
 ]
 
 
@@ -54,4 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run the module as imported (hf_dr.cli), so its CLIError is the one the commands raise
+    from hf_dr.cli import main as _main
+
+    sys.exit(_main())

@@ -14,7 +14,8 @@ import numpy as np
 
 from .retrieval.run import Run, remove_self_matches, top_k_run
 
-__all__ = ["EvalResult", "evaluate_run", "paired_ttest", "evaluate_model", "DEFAULT_METRICS", "format_table"]
+__all__ = ["EvalResult", "evaluate_run", "paired_ttest", "evaluate_model", "DEFAULT_METRICS", "format_table",
+           "RerankEvaluator"]
 
 DEFAULT_METRICS = ("ndcg@10", "recall@100", "recall@1000", "mrr@10")
 
@@ -140,3 +141,38 @@ def evaluate_model(encoder, data, *, top_k: int = 1000, metrics: Sequence[str] =
     if ignore_identical_ids:
         run = top_k_run(remove_self_matches(run), top_k)
     return evaluate_run(data.qrels, run, metrics, ignore_identical_ids=False), run
+
+
+class RerankEvaluator:
+    """Rank each query's judged candidates with an encoder and score the ranking (the dev-set
+    protocol of DoDress, papers/004 §5.2: 10 pseudo-positives + 90 random negatives per query).
+
+    ``rows``: a ``datasets.Dataset`` / list of dicts with ``query_id, query, doc_id, doc, label``.
+    Calling it with a model (``encode_queries`` / ``encode_corpus``) returns
+    ``{metric: value}``; used as :class:`~hf_dr.training.RetrievalTrainer`'s ``evaluator``.
+    """
+
+    def __init__(self, rows, metrics: Sequence[str] = ("ndcg@10",), batch_size: int = 32,
+                 max_length: int | None = None):
+        rows = list(rows)
+        if not rows:
+            raise ValueError("the dev set is empty: nothing to evaluate")
+        self.queries = {str(r["query_id"]): r["query"] for r in rows}
+        self.docs = {str(r["doc_id"]): r["doc"] for r in rows}
+        self.qrels: dict[str, dict[str, int]] = {}
+        for r in rows:
+            self.qrels.setdefault(str(r["query_id"]), {})[str(r["doc_id"])] = int(r["label"])
+        self.metrics, self.batch_size, self.max_length = tuple(metrics), batch_size, max_length
+
+    def run(self, model) -> Run:
+        qids, dids = list(self.queries), list(self.docs)
+        kw = {"batch_size": self.batch_size, "show_progress_bar": False}
+        if self.max_length is not None:
+            kw["max_length"] = self.max_length
+        q = np.asarray(model.encode_queries([self.queries[i] for i in qids], **kw), dtype=np.float32)
+        d = np.asarray(model.encode_corpus([self.docs[i] for i in dids], **kw), dtype=np.float32)
+        col = {x: j for j, x in enumerate(dids)}
+        return {qid: {x: float(d[col[x]] @ q[i]) for x in self.qrels[qid]} for i, qid in enumerate(qids)}
+
+    def __call__(self, model) -> dict[str, float]:
+        return evaluate_run(self.qrels, self.run(model), self.metrics).aggregate

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["contrastive_loss", "margin_mse_loss", "kl_distillation_loss", "flops_loss",
+__all__ = ["contrastive_loss", "margin_mse_loss", "kl_distillation_loss", "flops_loss", "ranknet_loss",
            "unit_mean_pool", "unit_balance_loss", "unit_extract_loss", "matching_representation"]
 
 
@@ -152,3 +152,13 @@ def unit_extract_loss(t_q: torch.Tensor, t_p: torch.Tensor, units: torch.Tensor,
         return t_q.sum() * 0.0 + t_p.sum() * 0.0
     log_p = torch.log_softmax(scores[ok], dim=1)
     return -log_p.gather(1, safe[ok].unsqueeze(1)).mean()
+
+
+def ranknet_loss(pos_scores: torch.Tensor, neg_scores: torch.Tensor) -> torch.Tensor:
+    """RankNet pairwise loss (Burges 2010; Eq. 4 of papers/004, the DoDress paper):
+
+    ``L(q, d+, d-) = -log σ(S(q, d+) - S(q, d-))``, mean over the pairs. Computed as
+    ``softplus(-(S+ - S-))``, the same value without overflow for large margins.
+    Both inputs are 1-D of equal length (one entry per (q, d+, d-) triplet).
+    """
+    return F.softplus(neg_scores - pos_scores).mean()

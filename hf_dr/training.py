@@ -37,11 +37,16 @@ class RetrievalTrainer(Trainer):
     Args:
         objective: callable ``(model, inputs) -> (loss, logs)``; defaults to
             :class:`~hf_dr.objectives.ContrastiveObjective`.
+        evaluator: optional callable ``(model) -> {metric: value}`` (e.g.
+            :class:`~hf_dr.evaluation.RerankEvaluator`) that replaces Trainer's loss-based
+            evaluation, so ``metric_for_best_model="ndcg@10"`` picks the best checkpoint by a
+            retrieval metric. Pass the dev set as ``eval_dataset`` too (Trainer checks it).
         Everything else is passed to ``transformers.Trainer``.
     """
 
-    def __init__(self, *args, objective=None, **kwargs):
+    def __init__(self, *args, objective=None, evaluator=None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.evaluator = evaluator
         if getattr(self.args, "remove_unused_columns", False):
             self.args.remove_unused_columns = False
         self.objective = objective if objective is not None else ContrastiveObjective()
@@ -55,6 +60,15 @@ class RetrievalTrainer(Trainer):
         for k, v in logs.items():
             self._objective_logs[k].append(v.detach() if isinstance(v, torch.Tensor) else torch.tensor(float(v)))
         return (loss, {"loss": loss}) if return_outputs else loss
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        if self.evaluator is None:
+            return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+        metrics = {f"{metric_key_prefix}_{k}": float(v)
+                   for k, v in self.evaluator(self.accelerator.unwrap_model(self.model)).items()}
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics
 
     def log(self, logs: dict[str, float], *args, **kwargs) -> None:
         if self._objective_logs and "loss" in logs:

@@ -9,6 +9,7 @@ used by :class:`hf_dr.training.RetrievalTrainer`. ``model`` is any encoder of th
 """
 
 from .contrastive import ContrastiveObjective, MarginMSEObjective, all_gather_with_grad
+from .ranknet import RankNetObjective
 from .splade import SpladeObjective
 from .berm import BERMObjective
 
@@ -17,6 +18,7 @@ OBJECTIVES = {
     "margin_mse": MarginMSEObjective,
     "splade": SpladeObjective,
     "berm": BERMObjective,
+    "ranknet": RankNetObjective,
 }
 
 
@@ -28,4 +30,4 @@ def get_objective(name: str, **kwargs):
 
 
 __all__ = ["OBJECTIVES", "get_objective", "ContrastiveObjective", "MarginMSEObjective",
-           "all_gather_with_grad", "SpladeObjective", "BERMObjective"]
+           "all_gather_with_grad", "SpladeObjective", "BERMObjective", "RankNetObjective"]

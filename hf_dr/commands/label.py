@@ -1,0 +1,64 @@
+"""``hf-dr label``: DoDress pseudo-relevance labels for the training queries of a BEIR folder
+(BM25 top-100 -> rerank -> top-k pseudo-positives -> m negatives each) written as a
+``datasets`` folder with parquet files, a dev set and a dataset card."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+
+def register(sub) -> None:
+    p = sub.add_parser("label", help="build pseudo-labelled triplets for a target corpus (DoDress)",
+                       description=__doc__)
+    p.add_argument("--data", required=True, help="BEIR folder or Hub id (its queries are used, never its labels)")
+    p.add_argument("--split", default="train", help="query split to label (default train; test is refused)")
+    p.add_argument("--dense-model", default=None,
+                   help="the current dense retriever: the fusion reranker and SimANS negatives use it")
+    p.add_argument("--reranker", default="fusion", help="fusion | monot5:<id> | cross-encoder:<id> (default fusion)")
+    p.add_argument("--negatives", default="simans", help="random | bm25 | simans (default simans)")
+    p.add_argument("--k", type=int, default=1, help="pseudo-positives per query (top-k reranked)")
+    p.add_argument("--m", type=int, default=10, help="negatives per pseudo-positive")
+    p.add_argument("--bm25-top", type=int, default=100, help="BM25 candidates reranked per query")
+    p.add_argument("--simans-top-k", type=int, default=500, help="SimANS: top-K of the dense retriever")
+    p.add_argument("--simans-score-scale", type=float, default=1.0,
+                   help="dense scores x this before SimANS (20 for cosine models: a=0.5 is then not ~uniform)")
+    p.add_argument("--dev-queries", type=int, default=50, help="queries held out for the dev set")
+    p.add_argument("--max-queries", type=int, default=None, help="label only the first N queries (quick checks)")
+    p.add_argument("--max-length", type=int, default=None, help="max tokens when encoding with the dense model")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cache-dir", default=None, help="stage cache (default OUTPUT/cache); share it across runs")
+    p.add_argument("--output", required=True, help="output folder")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..cli import CLIError
+    from ..data import load_beir
+    from ..labeling.pseudo_relevance import PseudoLabelConfig, build_pseudo_labels
+    from ..models import load_encoder
+
+    cfg = PseudoLabelConfig(split=args.split, bm25_top=args.bm25_top, k=args.k, m=args.m, negatives=args.negatives,
+                            simans_top_k=args.simans_top_k,
+                            simans_score_scale=args.simans_score_scale, dev_queries=args.dev_queries,
+                            max_queries=args.max_queries, seed=args.seed, dense_max_length=args.max_length,
+                            batch_size=args.batch_size)
+    try:
+        cfg.validate()
+    except ValueError as e:
+        raise CLIError(str(e)) from None
+    if not args.dense_model and (args.reranker == "fusion" or args.negatives == "simans"):
+        raise CLIError("--dense-model is needed by --reranker fusion and --negatives simans")
+    data = load_beir(args.data, split=args.split)
+    encoder = load_encoder(args.dense_model) if args.dense_model else None
+    command = "hf-dr label " + " ".join(shlex.quote(a) for a in sys.argv[sys.argv.index("label") + 1:]) \
+        if "label" in sys.argv else None
+    labels = build_pseudo_labels(data, args.output, cfg, reranker=args.reranker, dense_encoder=encoder,
+                                 dense_name=args.dense_model, cache_dir=args.cache_dir, command=command)
+    s = labels.stats
+    print(f"{s['triplets']} triplets from {s['train_queries']} queries; dev set: {s['dev_rows']} rows from "
+          f"{s['dev_queries']} queries; {s['queries_without_bm25_hits']} queries without BM25 hits")
+    print(f"wrote {args.output} (datasets.load_from_disk), {args.output}/dev, {args.output}/data/*.parquet, "
+          f"{args.output}/README.md")
+    return 0

@@ -1,0 +1,120 @@
+"""Negative samplers of the DoDress pipeline (papers/002 §4.2, papers/004 §4): global random,
+BM25 hard negatives, and SimANS (Zhou et al. 2022; Eq. 1 of papers/002).
+
+Every sampler draws from a seeded ``numpy.random.Generator``, samples without replacement and
+never returns a pseudo-positive of the query.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["simans_probabilities", "simans_log_probabilities", "sample_negatives", "SAMPLERS"]
+
+SAMPLERS = ("random", "bm25", "simans")
+
+
+def _check_sampler(method: str) -> None:
+    if method not in SAMPLERS:
+        raise ValueError(f"unknown negative sampler {method!r}; choose one of {', '.join(SAMPLERS)}")
+
+
+def simans_log_probabilities(neg_scores, pos_score, a: float = 0.5, b: float = 0.0) -> np.ndarray:
+    """``log p_i`` of Eq. 1 (papers/002), in float64: ``l_i - logsumexp(l)`` with
+    ``l_i = -a (s(q, d_i) - s(q, d~+) - b)^2``."""
+    s = np.asarray(neg_scores, dtype=np.float64)
+    if s.ndim != 1 or s.size == 0:
+        raise ValueError(f"neg_scores must be a non-empty 1-D array, got shape {s.shape}")
+    if not np.all(np.isfinite(s)) or not np.isfinite(float(pos_score)):
+        raise ValueError("SimANS scores must be finite")
+    logits = -a * (s - float(pos_score) - b) ** 2
+    top = logits.max()
+    return logits - (top + np.log(np.exp(logits - top).sum()))
+
+
+def simans_probabilities(neg_scores, pos_score, a: float = 0.5, b: float = 0.0):
+    """Eq. 1 of papers/002: ``p_i ∝ exp(-a (s(q, d_i) - s(q, d~+) - b)^2)`` over the candidate
+    negatives ``d_i``, normalised to sum to 1.
+
+    Computed in log space (log-sum-exp shifted by the largest logit), so a list whose scores
+    all lie far from the positive's gives a valid distribution peaked on the closest ones,
+    where a naive ``exp(...) / sum(exp(...))`` underflows to ``0 / 0``.
+
+    Args:
+        neg_scores: 1-D numpy array or torch tensor ``s(q, d_i)``.
+        pos_score: ``s(q, d~+)``, the score of the (pseudo-)positive by the same retriever.
+        a: density of the distribution (0.5 in the paper); b: offset of its peak (0).
+
+    Returns:
+        the distribution, of the input's type (a torch tensor keeps dtype and device).
+    """
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency
+        torch = None
+    if torch is not None and isinstance(neg_scores, torch.Tensor):
+        logp = simans_log_probabilities(neg_scores.detach().cpu().double().numpy(), float(pos_score), a, b)
+        dtype = neg_scores.dtype if neg_scores.is_floating_point() else torch.float64
+        return torch.from_numpy(np.exp(logp)).to(device=neg_scores.device, dtype=dtype)
+    return np.exp(simans_log_probabilities(neg_scores, pos_score, a, b))
+
+
+def _gumbel_top_m(logp: np.ndarray, m: int, rng: np.random.Generator) -> np.ndarray:
+    """``m`` indices drawn without replacement with probabilities ``exp(logp)`` (the Gumbel-top-k
+    trick): exact, in log space, and never short of draws when some probabilities round to 0."""
+    keys = logp + rng.gumbel(size=logp.shape)
+    return np.argsort(-keys, kind="stable")[:m]
+
+
+def sample_negatives(method: str, m: int, *, positives: Sequence[str], rng: np.random.Generator,
+                     all_doc_ids: Sequence[str] | None = None, ranked: Mapping[str, float] | None = None,
+                     pos_score: float | None = None, top_k: int = 500, a: float = 0.5, b: float = 0.0) -> list[str]:
+    """``m`` negatives for one (query, pseudo-positive), without replacement.
+
+    * ``random``: uniform over the whole corpus (``all_doc_ids``) — global random negatives;
+    * ``bm25``: uniform over the BM25 top list ``ranked`` (``{doc_id: score}``);
+    * ``simans``: from the top ``top_k`` of ``ranked`` (the current dense retriever's run), with
+      the probabilities of Eq. 1 around ``pos_score`` (the positive's score by that retriever).
+
+    The query's pseudo-positives (all ``positives``, not only the current one) are never
+    returned. When fewer than ``m`` candidates remain, all of them are returned (the pipeline
+    counts these cases and reports them on the dataset card).
+    """
+    _check_sampler(method)
+    if m < 1:
+        raise ValueError("m must be at least 1")
+    excluded = set(positives)
+    if method == "random":
+        if not all_doc_ids:
+            raise ValueError("random negatives need all_doc_ids (the corpus)")
+        n = len(all_doc_ids)
+        want = min(m, n - len(excluded))  # the positives are corpus documents
+        # rejection sampling: O(m) per call instead of copying the corpus for every positive
+        chosen: list[str] = []
+        seen: set[int] = set()
+        while len(chosen) < want:
+            i = int(rng.integers(n))
+            if i in seen:
+                continue
+            seen.add(i)
+            if all_doc_ids[i] not in excluded:
+                chosen.append(all_doc_ids[i])
+        return chosen
+    if ranked is None:
+        raise ValueError(f"{method} negatives need a ranked candidate list")
+    cand = [(d, s) for d, s in sorted(ranked.items(), key=lambda x: (-x[1], x[0])) if d not in excluded]
+    if method == "simans":
+        cand = cand[:top_k]
+    if not cand:
+        return []
+    k = min(m, len(cand))
+    if method == "bm25":
+        idx = rng.choice(len(cand), size=k, replace=False)
+    else:
+        if pos_score is None:
+            raise ValueError("simans negatives need the positive's score by the same retriever")
+        logp = simans_log_probabilities(np.array([s for _, s in cand]), pos_score, a=a, b=b)
+        idx = _gumbel_top_m(logp, k, rng)
+    return [cand[i][0] for i in idx]

@@ -1,0 +1,406 @@
+"""The DoDress pseudo-relevance labelling pipeline (papers/002 §4, papers/004 §4-5).
+
+For each real target query of the *training* split (test queries are never used, nor the
+training labels):
+
+1. BM25 top-``bm25_top`` (100) candidates (the one :class:`~hf_dr.retrieval.BM25Index`);
+2. rerank them (monoT5 / cross-encoder / BM25+dense fusion, :mod:`.rerankers`);
+3. the top-``k`` reranked documents are pseudo-positives (§4.1);
+4. ``m`` negatives per pseudo-positive: global random, BM25 hard, or SimANS (Eq. 1) over the
+   top-``K`` (500) of the current dense retriever (§4.2);
+5. ``k x m`` triplets per query with the reranker's scores of both documents (so Margin-MSE
+   can train on the same rows as RankNet).
+
+A held-out set of the queries forms the paper's dev set: the top-10 reranked documents
+(graded 2 for the first two, 1 for the next eight, as in papers/004 §5.2) + 90 random
+negatives (grade 0) per query, used to pick the best checkpoint by nDCG@10.
+
+Every stage (BM25 run, corpus / query embeddings, dense run, reranked run, triplets) is
+cached under ``cache_dir`` (default ``output_dir/cache``) in a file named by the hash of its
+parameters: a re-run skips finished stages, a changed parameter recomputes exactly the
+stages that depend on it, and a crash loses at most the stage that was running (cache files
+are written atomically). Several runs may share one ``cache_dir`` (a grid over samplers,
+``k`` and ``m`` computes BM25, the dense run and the reranking once).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from datasets import Dataset, Features, Value, load_from_disk
+from tqdm.auto import tqdm
+
+from .negatives import SAMPLERS, _check_sampler, sample_negatives
+from .rerankers import Reranker, get_reranker
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["PseudoLabelConfig", "PseudoLabels", "build_pseudo_labels", "StageCache", "write_dataset_card"]
+
+TRAIN_COLUMNS = ["query_id", "query", "pos_id", "pos", "neg_id", "neg", "pos_score", "neg_score"]
+DEV_COLUMNS = ["query_id", "query", "doc_id", "doc", "label"]
+
+
+@dataclass
+class PseudoLabelConfig:
+    """Parameters of the pipeline (defaults: the paper's)."""
+
+    split: str = field(default="train", metadata={"help": "query split to label (never the test split)"})
+    bm25_top: int = field(default=100, metadata={"help": "BM25 candidates reranked per query"})
+    k: int = field(default=1, metadata={"help": "top-k reranked documents taken as pseudo-positives"})
+    m: int = field(default=10, metadata={"help": "negatives per pseudo-positive"})
+    negatives: str = field(default="simans", metadata={"help": "random, bm25 or simans"})
+    simans_top_k: int = field(default=500, metadata={"help": "SimANS candidates: top-K of the dense retriever"})
+    simans_a: float = field(default=0.5, metadata={"help": "SimANS a (density of Eq. 1)"})
+    simans_b: float = field(default=0.0, metadata={"help": "SimANS b (offset of the peak of Eq. 1)"})
+    simans_score_scale: float = field(default=1.0, metadata={
+        "help": "multiply the dense scores by this before Eq. 1. a=0.5 suits dot-product scores (the paper); "
+                "with cosine scores in [-1, 1] Eq. 1 is then almost uniform over the top-K: use the student's "
+                "training scale (20 for cosine models, see hf_dr.labeling.finetune.default_scale)"})
+    dev_queries: int = field(default=50, metadata={"help": "queries held out for the dev set (at most 1/5 of them)"})
+    dev_positives: int = field(default=10, metadata={"help": "dev set: top reranked documents counted relevant"})
+    dev_negatives: int = field(default=90, metadata={"help": "dev set: random negatives per query"})
+    max_queries: int | None = field(default=None, metadata={"help": "label only the first N queries"})
+    seed: int = field(default=0, metadata={"help": "seed of the dev split and of the samplers"})
+    dense_max_length: int | None = field(default=None, metadata={"help": "max tokens when encoding with the dense model"})
+    batch_size: int = field(default=32, metadata={"help": "encoding batch size"})
+
+    def validate(self) -> None:
+        _check_sampler(self.negatives)
+        if self.split == "test":
+            raise ValueError("pseudo-labels are built from training queries; the test split is for evaluation only")
+        if self.k < 1 or self.m < 1:
+            raise ValueError(f"k and m must be at least 1 (got k={self.k}, m={self.m})")
+        if self.k >= self.bm25_top:
+            raise ValueError(f"k={self.k} pseudo-positives leave no BM25 candidate out of {self.bm25_top} "
+                             "(k must be smaller than --bm25-top)")
+        if self.dev_positives > self.bm25_top:
+            raise ValueError(f"dev_positives={self.dev_positives} exceeds the {self.bm25_top} BM25 candidates")
+        if self.max_queries is not None and self.max_queries < 1:
+            raise ValueError("max_queries must be at least 1")
+
+
+@dataclass
+class PseudoLabels:
+    train: Dataset
+    dev: Dataset
+    stats: dict
+    path: Path | None = None
+
+
+def _digest(obj) -> str:
+    return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class StageCache:
+    """Stage results on disk, one file per (stage, parameters); writes are atomic."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.hits: list[str] = []
+        self.computed: list[str] = []
+
+    def path(self, stage: str, params: dict, suffix: str) -> Path:
+        return self.root / f"{stage}-{_digest(params)}{suffix}"
+
+    def _done(self, stage: str, hit: bool, p: Path) -> None:
+        (self.hits if hit else self.computed).append(stage)
+        logger.info("%s: %s %s", stage, "cached in" if hit else "computed into", p)
+
+    def json(self, stage: str, params: dict, fn):
+        p = self.path(stage, params, ".json")
+        if p.is_file():
+            self._done(stage, True, p)
+            return json.loads(p.read_text())["value"]
+        value = fn()
+        tmp = p.with_name(p.name + ".tmp")
+        tmp.write_text(json.dumps({"stage": stage, "params": params, "value": value}))
+        tmp.replace(p)
+        self._done(stage, False, p)
+        return value
+
+    def array(self, stage: str, params: dict, fn) -> np.ndarray:
+        p = self.path(stage, params, ".npy")
+        if p.is_file():
+            self._done(stage, True, p)
+            return np.load(p)
+        value = np.asarray(fn())
+        tmp = p.with_name(p.stem + ".tmp.npy")
+        np.save(tmp, value)
+        tmp.replace(p)
+        p.with_suffix(".params.json").write_text(json.dumps(params, default=str))
+        self._done(stage, False, p)
+        return value
+
+    def datasets(self, stage: str, params: dict, fn) -> tuple[dict[str, Dataset], dict]:
+        """``fn() -> ({name: Dataset}, meta)`` saved as a folder."""
+        p = self.path(stage, params, "")
+        if (p / "meta.json").is_file():
+            self._done(stage, True, p)
+            meta = json.loads((p / "meta.json").read_text())
+            return {n: load_from_disk(str(p / n)) for n in meta["splits"]}, meta["meta"]
+        parts, meta = fn()
+        tmp = p.with_name(p.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        for n, ds in parts.items():
+            ds.save_to_disk(str(tmp / n), num_shards=1)  # one shard even when empty (loadable)
+        (tmp / "meta.json").write_text(json.dumps({"params": params, "splits": list(parts), "meta": meta}, default=str))
+        shutil.rmtree(p, ignore_errors=True)
+        tmp.rename(p)
+        self._done(stage, False, p)
+        return {n: load_from_disk(str(p / n)) for n in parts}, meta
+
+
+def _reranker_name(reranker, dense_name) -> str:
+    if isinstance(reranker, Reranker) or hasattr(reranker, "score_documents"):
+        return reranker.name
+    spec = str(reranker)
+    if spec == "fusion":
+        return f"fusion(bm25,{dense_name},w=[1.0, 1.0])"
+    if spec == "monot5":
+        return "monot5:castorini/monot5-3b-msmarco"
+    return spec
+
+
+def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig | None = None, *,
+                        reranker: str | Reranker = "fusion", dense_encoder=None, dense_name: str | None = None,
+                        bm25=None, queries: Mapping[str, str] | None = None, cache_dir: str | Path | None = None,
+                        write_card: bool = True, command: str | None = None,
+                        show_progress_bar: bool = True) -> PseudoLabels:
+    """Run the pipeline on ``data`` (a :class:`hf_dr.data.BeirData`; only its corpus and the
+    query texts of ``config.split`` are read — never its relevance labels) and write the dataset
+    to ``output_dir``: the triplets as a ``datasets`` folder (``load_from_disk(output_dir)``),
+    the dev set in ``output_dir/dev``, both as parquet in ``output_dir/data/``, ``stats.json``
+    and a dataset card ``README.md``.
+
+    Args:
+        reranker: a :class:`~.rerankers.Reranker`, or a spec ``"fusion"`` / ``"monot5:<id>"`` /
+            ``"cross-encoder:<id>"`` (built only when a stage that needs it is not cached).
+        dense_encoder: the current dense retriever (any encoder of the suite): needed by the
+            fusion reranker and SimANS. ``dense_name`` names it in cache keys and on the card.
+        bm25: a :class:`~hf_dr.retrieval.BM25Index` of ``data``'s corpus (built when needed).
+        queries: ``{qid: text}`` to label instead of ``data``'s split queries (e.g. rewritten
+            conversational queries, see :mod:`.rewriting`).
+        cache_dir: where stages are cached (default ``output_dir/cache``); share it across runs.
+
+    Queries without any BM25 hit are skipped (counted on the card); a query with fewer than
+    ``k`` candidates keeps the ones it has; fewer than ``m`` available negatives keeps what
+    there is. Nothing usable at all raises ``ValueError`` — never a silent empty dataset.
+    """
+    from ..retrieval import BM25Index, DenseIndex
+
+    config = config or PseudoLabelConfig()
+    config.validate()
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cache = StageCache(cache_dir if cache_dir is not None else out / "cache")
+    doc_ids, texts = data.doc_ids(), data.doc_texts()
+    index_of = {d: i for i, d in enumerate(doc_ids)}
+    if queries is None:
+        queries = data.split_queries()
+    queries = {str(q): t for q, t in queries.items()}
+    if not queries:
+        raise ValueError(f"no queries to label in split {config.split!r} of {data.name}")
+    qids = list(queries)[: config.max_queries] if config.max_queries else list(queries)
+    needs_dense = config.negatives == "simans" or (isinstance(reranker, str) and reranker == "fusion") \
+        or getattr(reranker, "doc_embeddings", "absent") is None
+    if needs_dense and dense_encoder is None:
+        raise ValueError("the fusion reranker and SimANS negatives need the current dense retriever (--dense-model)")
+    dense_name = dense_name or (type(dense_encoder).__name__ if dense_encoder is not None else None)
+
+    corpus_key = {"corpus": _digest([data.name, len(doc_ids), doc_ids[:1000], doc_ids[-1000:]])}
+    query_key = {"queries": _digest([(q, queries[q]) for q in qids])}
+    bm25_key = {**corpus_key, **query_key, "bm25_top": config.bm25_top}
+    state = {"bm25": bm25}
+
+    def get_bm25():
+        if state["bm25"] is None:
+            state["bm25"] = BM25Index(doc_ids, texts)
+        return state["bm25"]
+
+    # 1. BM25 candidates
+    bm25_run = cache.json("bm25", bm25_key, lambda: get_bm25().search({q: queries[q] for q in qids},
+                                                                       top_k=config.bm25_top))
+    no_hits = [q for q in qids if not bm25_run.get(q)]
+    labelled = [q for q in qids if bm25_run.get(q)]
+    if not labelled:
+        raise ValueError(f"none of the {len(qids)} queries has a BM25 hit in the corpus: nothing to label "
+                         "(check that the corpus and the queries share a language / tokenisation)")
+    if no_hits:
+        logger.warning("%d of %d queries have no BM25 hit and get no pseudo-labels", len(no_hits), len(qids))
+
+    # 2. dense embeddings (one corpus encoding, shared by the fusion reranker and SimANS)
+    dense_key = {**corpus_key, "model": dense_name, "max_length": config.dense_max_length}
+    emb = {}
+
+    def doc_emb():
+        if "docs" not in emb:
+            emb["docs"] = cache.array("doc_embeddings", dense_key, lambda: dense_encoder.encode_corpus(
+                texts, batch_size=config.batch_size, show_progress_bar=show_progress_bar,
+                max_length=config.dense_max_length))
+        return emb["docs"]
+
+    def query_emb() -> dict[str, np.ndarray]:
+        if "queries" not in emb:
+            arr = cache.array("query_embeddings", {**query_key, "model": dense_name, "max_length": config.dense_max_length},
+                              lambda: dense_encoder.encode_queries([queries[q] for q in qids], batch_size=config.batch_size))
+            emb["queries"] = dict(zip(qids, arr))
+        return emb["queries"]
+
+    # 3. rerank
+    rr_name = _reranker_name(reranker, dense_name)
+    rr_key = {**bm25_key, "reranker": rr_name, **({"dense": dense_key} if rr_name.startswith("fusion") else {})}
+    rr_state = {"obj": reranker if not isinstance(reranker, str) else None}
+
+    def get_reranker_obj() -> Reranker:
+        if rr_state["obj"] is None:
+            rr_state["obj"] = get_reranker(reranker, bm25=get_bm25(), encoder=dense_encoder, encoder_name=dense_name,
+                                           batch_size=config.batch_size)
+        r = rr_state["obj"]
+        if hasattr(r, "query_embeddings") and getattr(r, "doc_embeddings", 0) is None:
+            r.doc_embeddings = doc_emb()
+            r.query_embeddings.update(query_emb())
+        if getattr(r, "texts", None) is None and hasattr(r, "set_corpus"):
+            r.set_corpus(doc_ids, texts)
+        return r
+
+    reranked = cache.json("rerank", rr_key, lambda: get_reranker_obj().rerank(
+        {q: bm25_run[q] for q in labelled}, queries, show_progress_bar=show_progress_bar))
+
+    # 4. the current dense retriever's run (SimANS only)
+    dense_run = None
+    if config.negatives == "simans":
+        top = config.simans_top_k + config.k
+        dense_run = cache.json("dense_run", {**dense_key, **query_key, "top_k": top},
+                               lambda: DenseIndex(doc_emb(), doc_ids, use_gpu=False).search(
+                                   np.stack([query_emb()[q] for q in qids]), qids, top_k=top))
+
+    # 5. dev split (the same for every sampler / k / m) and triplets
+    split_rng = np.random.default_rng([config.seed, 0])
+    n_dev = min(config.dev_queries, len(labelled) // 5)
+    dev_q = sorted(labelled[i] for i in split_rng.permutation(len(labelled))[:n_dev])
+    dev_set = set(dev_q)
+    train_q = [q for q in labelled if q not in dev_set]
+    trip_key = {**rr_key, "cfg": {k: v for k, v in asdict(config).items() if k not in ("batch_size", "split")},
+                "dense": dense_key if dense_run is not None else None}
+
+    def make():
+        rng = np.random.default_rng([config.seed, 1])
+        rows, short_k, short_m, outside = [], 0, 0, 0
+        for q in tqdm(train_q, desc=f"Sampling {config.negatives} negatives", disable=not show_progress_bar):
+            ranked = sorted(reranked[q].items(), key=lambda x: (-x[1], x[0]))
+            positives = [d for d, _ in ranked[: config.k]]
+            short_k += len(positives) < config.k
+            pairs = []
+            for pos in positives:
+                if config.negatives == "random":
+                    negs = sample_negatives("random", config.m, positives=positives, rng=rng, all_doc_ids=doc_ids)
+                elif config.negatives == "bm25":
+                    negs = sample_negatives("bm25", config.m, positives=positives, rng=rng, ranked=bm25_run[q])
+                else:
+                    # s(q, d~+) by the same dense retriever, from the stored embeddings (also for a
+                    # positive outside its top-K, which papers/004 would drop)
+                    sc = config.simans_score_scale
+                    pos_score = sc * float(doc_emb()[index_of[pos]] @ query_emb()[q])
+                    outside += pos not in dense_run[q]
+                    ranked = dense_run[q] if sc == 1.0 else {d: sc * v for d, v in dense_run[q].items()}
+                    negs = sample_negatives("simans", config.m, positives=positives, rng=rng, ranked=ranked,
+                                            pos_score=pos_score, top_k=config.simans_top_k, a=config.simans_a,
+                                            b=config.simans_b)
+                short_m += len(negs) < config.m
+                pairs += [(pos, n) for n in negs]
+            scores = dict(reranked[q])
+            extra = sorted({n for _, n in pairs if n not in scores})
+            if extra:  # teacher scores of negatives outside the reranked list
+                scores.update(zip(extra, map(float, get_reranker_obj().score_documents(
+                    q, queries[q], extra, bm25_run[q]))))
+            for pos, n in pairs:
+                rows.append({"query_id": q, "query": queries[q], "pos_id": pos, "pos": texts[index_of[pos]],
+                             "neg_id": n, "neg": texts[index_of[n]], "pos_score": float(scores[pos]),
+                             "neg_score": float(scores[n])})
+        if not rows:
+            raise ValueError("no triplet could be built: every query lacked positives or negatives")
+        dev_rng = np.random.default_rng([config.seed, 2])
+        dev_rows = []
+        for q in dev_q:
+            ranked = sorted(reranked[q].items(), key=lambda x: (-x[1], x[0]))
+            positives = [d for d, _ in ranked[: config.dev_positives]]
+            negs = sample_negatives("random", config.dev_negatives, positives=positives, rng=dev_rng,
+                                    all_doc_ids=doc_ids)
+            # papers/004 §5.2: the first two pseudo-positives graded 2, the next eight 1
+            for rank, d in enumerate(positives):
+                dev_rows.append({"query_id": q, "query": queries[q], "doc_id": d, "doc": texts[index_of[d]],
+                                 "label": 2 if rank < 2 else 1})
+            for d in negs:
+                dev_rows.append({"query_id": q, "query": queries[q], "doc_id": d, "doc": texts[index_of[d]], "label": 0})
+        train = Dataset.from_list(rows)
+        dev = Dataset.from_list(dev_rows) if dev_rows else Dataset.from_dict(
+            {c: [] for c in DEV_COLUMNS}, features=Features({c: Value("int64" if c == "label" else "string")
+                                                              for c in DEV_COLUMNS}))
+        meta = {"queries_with_fewer_than_k_candidates": short_k, "pairs_with_fewer_than_m_negatives": short_m,
+                "positives_outside_dense_top_k": outside}
+        return {"train": train, "dev": dev}, meta
+
+    parts, meta = cache.datasets("triplets", trip_key, make)
+    train, dev = parts["train"], parts["dev"]
+    stats = {"source": str(data.name), "queries": len(qids), "queries_without_bm25_hits": len(no_hits),
+             "train_queries": len(train_q), "dev_queries": len(dev_q), "triplets": len(train), "dev_rows": len(dev),
+             **meta, "reranker": rr_name, "dense_model": dense_name, "config": asdict(config),
+             "cache": {"reused": cache.hits, "computed": cache.computed}}
+
+    # the dataset folder: triplets at the top (load_from_disk(output_dir)), dev beside them
+    _save_dataset(train, out)
+    _save_dataset(dev, out / "dev")
+    (out / "data").mkdir(exist_ok=True)
+    train.to_parquet(str(out / "data" / "train-00000-of-00001.parquet"))
+    dev.to_parquet(str(out / "data" / "dev-00000-of-00001.parquet"))
+    (out / "stats.json").write_text(json.dumps(stats, indent=1, default=str))
+    if write_card:
+        write_dataset_card(out, stats, command=command)
+    return PseudoLabels(train, dev, stats, out)
+
+
+def _save_dataset(ds: Dataset, path: Path) -> None:
+    """``save_to_disk`` into ``path`` (which may hold other things: the card, ``dev/``, the cache),
+    replacing a previous save's shards only."""
+    path.mkdir(parents=True, exist_ok=True)
+    for old in list(path.glob("data-*.arrow")) + [path / "dataset_info.json", path / "state.json"]:
+        old.unlink(missing_ok=True)
+    tmp = path / ".tmp_save"
+    shutil.rmtree(tmp, ignore_errors=True)
+    ds.save_to_disk(str(tmp), num_shards=1)
+    for f in tmp.iterdir():
+        f.replace(path / f.name)
+    tmp.rmdir()
+
+
+def write_dataset_card(out: str | Path, stats: dict, command: str | None = None,
+                       repo_id: str | None = None) -> Path:
+    """Fill ``model_cards/dataset_pseudo_labels.md`` (huggingface_hub's jinja ``DatasetCard``)."""
+    from huggingface_hub import DatasetCard, DatasetCardData
+
+    from ..hub_templates import template_path
+
+    out = Path(out)
+    cfg = stats["config"]
+    source = Path(str(stats["source"]).rstrip("/")).name or str(stats["source"])
+    card_data = DatasetCardData(
+        language="en", task_categories=["text-retrieval"], pretty_name=f"DoDress pseudo-labels for {source}",
+        tags=["hf-dr", "pseudo-labels", "dodress", f"negatives-{cfg['negatives']}"],
+        configs=[{"config_name": "default", "data_files": [
+            {"split": "train", "path": "data/train-*.parquet"}, {"split": "dev", "path": "data/dev-*.parquet"}]}])
+    fields = {k: v for k, v in stats.items() if k not in ("config", "cache")}
+    card = DatasetCard.from_template(
+        card_data, template_path=str(template_path("dataset_pseudo_labels.md")), source_name=source,
+        repo_id=repo_id or f"<user>/{source}-dodress-pseudo-labels", command=command or "(library call)",
+        **{**cfg, **fields})
+    card.save(out / "README.md")
+    return out / "README.md"

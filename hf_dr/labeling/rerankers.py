@@ -1,0 +1,207 @@
+"""Rerankers of the DoDress pipeline (papers/002 §4.1, papers/004 §3-4) behind one interface.
+
+Every reranker has
+
+* ``score(query, docs) -> np.ndarray`` — one score per document text, batched (on GPU when
+  there is one);
+* ``score_documents(query_id, query, doc_ids, candidates) -> np.ndarray`` — scores of corpus
+  documents, given the query's BM25 candidate list ``{doc_id: bm25_score}`` (only the fusion
+  scorer looks at it: its scores are normalised over that list);
+* ``rerank(candidates: Run, queries) -> Run`` — the candidate lists rescored;
+* ``name`` — what the pipeline's cache key and the dataset card record.
+
+Implementations:
+
+* :class:`MonoT5Reranker` — monoT5 (Nogueira et al. 2020; Eq. 3 of papers/004): the input
+  ``"Query: q Document: d Relevant:"``, ``RSV = e^{Z_true} / (e^{Z_true} + e^{Z_false})`` over
+  the logits of the first decoded token. Default ``castorini/monot5-3b-msmarco``; any size works.
+* :class:`CrossEncoderReranker` — a sentence-transformers ``CrossEncoder``, raw logits (no
+  sigmoid: the margins are used downstream by Margin-MSE).
+* :class:`FusionReranker` — for targets where no cross-encoder exists: z-score fusion of BM25
+  and a dense model of the suite (``hf_dr.retrieval.fuse``), over each query's candidates.
+
+``get_reranker("fusion" | "monot5:<id>" | "cross-encoder:<id>", ...)`` builds one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..encoding import resolve_device
+from ..retrieval import fuse
+from ..retrieval.run import Run
+
+__all__ = ["Reranker", "MonoT5Reranker", "CrossEncoderReranker", "FusionReranker", "get_reranker"]
+
+
+class Reranker:
+    """Base class: subclasses implement :meth:`score` (texts) or :meth:`score_documents` (ids)."""
+
+    name = "reranker"
+    #: corpus texts in the order of ``doc_ids`` (set by the pipeline or the constructor)
+    doc_ids: Sequence[str] | None = None
+    texts: Sequence[str] | None = None
+
+    def set_corpus(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
+        self.doc_ids, self.texts = list(doc_ids), list(texts)
+        self._index_of = {d: i for i, d in enumerate(self.doc_ids)}
+
+    def score(self, query: str, docs: Sequence[str]) -> np.ndarray:
+        raise NotImplementedError
+
+    def score_documents(self, query_id: str, query: str, doc_ids: Sequence[str],
+                        candidates: Mapping[str, float] | None = None) -> np.ndarray:
+        if self.texts is None:
+            raise ValueError(f"{type(self).__name__}: call set_corpus(doc_ids, texts) first")
+        return np.asarray(self.score(query, [self.texts[self._index_of[d]] for d in doc_ids]), dtype=np.float64)
+
+    def rerank(self, candidates: Run, queries: Mapping[str, str], show_progress_bar: bool = True) -> Run:
+        out: Run = {}
+        for q in tqdm(list(candidates), desc=f"Reranking ({self.name})", disable=not show_progress_bar):
+            ids = list(candidates[q])
+            out[q] = dict(zip(ids, map(float, self.score_documents(q, queries[q], ids, candidates[q])))) if ids else {}
+        return out
+
+
+class MonoT5Reranker(Reranker):
+    """monoT5: Eq. 3 of papers/004, the probability of ``true`` against ``false``."""
+
+    def __init__(self, model_name_or_path: str = "castorini/monot5-3b-msmarco", batch_size: int = 16,
+                 max_length: int = 512, device=None, true_token: str = "▁true", false_token: str = "▁false",
+                 model=None, tokenizer=None):
+        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+        self.device = resolve_device(device)
+        self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(model_name_or_path)
+        self.model = (model or AutoModelForSeq2SeqLM.from_pretrained(model_name_or_path)).to(self.device).eval()
+        vocab = self.tokenizer.get_vocab()
+        ids = [vocab.get(t, vocab.get(t.lstrip("▁"))) for t in (true_token, false_token)]
+        if None in ids:
+            raise ValueError(f"{model_name_or_path}: the tokenizer has no {true_token!r} / {false_token!r} token "
+                             "(not a monoT5 checkpoint?)")
+        self.true_id, self.false_id = ids
+        self.batch_size, self.max_length = batch_size, max_length
+        self.name = f"monot5:{model_name_or_path}"
+
+    @staticmethod
+    def format(query: str, doc: str) -> str:
+        return f"Query: {query} Document: {doc} Relevant:"
+
+    @torch.inference_mode()
+    def score(self, query: str, docs: Sequence[str]) -> np.ndarray:
+        out = []
+        start = self.model.config.decoder_start_token_id
+        for s in range(0, len(docs), self.batch_size):
+            enc = self.tokenizer([self.format(query, d) for d in docs[s:s + self.batch_size]], padding=True,
+                                 truncation=True, max_length=self.max_length, return_tensors="pt").to(self.device)
+            dec = torch.full((enc["input_ids"].shape[0], 1), start, dtype=torch.long, device=self.device)
+            logits = self.model(**enc, decoder_input_ids=dec).logits[:, 0, [self.true_id, self.false_id]]
+            # Eq. 3: softmax over the two logits, the probability of "true"
+            out.append(torch.softmax(logits.float(), dim=-1)[:, 0].cpu())
+        return torch.cat(out).numpy().astype(np.float64) if out else np.zeros(0)
+
+
+class CrossEncoderReranker(Reranker):
+    """A sentence-transformers ``CrossEncoder`` scored by its raw logits."""
+
+    def __init__(self, model_name_or_path: str, batch_size: int = 32, max_length: int = 512, device=None):
+        from sentence_transformers import CrossEncoder
+
+        self.model = CrossEncoder(model_name_or_path, max_length=max_length, device=str(resolve_device(device)))
+        self.batch_size = batch_size
+        self.name = f"cross-encoder:{model_name_or_path}"
+
+    def score(self, query: str, docs: Sequence[str]) -> np.ndarray:
+        if not docs:
+            return np.zeros(0)
+        # identity instead of the default sigmoid: raw logits keep the margins
+        s = self.model.predict([(query, d) for d in docs], batch_size=self.batch_size,
+                               activation_fn=torch.nn.Identity(), show_progress_bar=False)
+        return np.asarray(s, dtype=np.float64).reshape(len(docs), -1)[:, -1]
+
+
+class FusionReranker(Reranker):
+    """z-score fusion of BM25 and a dense model of the suite over each query's BM25 candidate
+    list (``fuse([bm25, dense], method="zscore")``): the offline stand-in for a cross-encoder.
+
+    The dense scores are inner products of stored embeddings: the corpus is encoded once (by
+    the encoder's ``encode_corpus``, or handed over precomputed by the pipeline's cache), never
+    per query. BM25 scores come from the one :class:`~hf_dr.retrieval.BM25Index`. A document
+    outside the candidate list (a sampled negative) is normalised with the list's mean and
+    standard deviation, so its teacher score lives on the same scale as the candidates'.
+    """
+
+    def __init__(self, bm25, encoder=None, weights: Sequence[float] = (1.0, 1.0), batch_size: int = 32,
+                 doc_embeddings: np.ndarray | None = None, encoder_name: str | None = None):
+        if bm25 is None or (encoder is None and doc_embeddings is None):
+            raise ValueError("the fusion reranker needs a BM25 index and a dense model (--dense-model)")
+        self.bm25, self.encoder, self.weights, self.batch_size = bm25, encoder, tuple(weights), batch_size
+        self.doc_embeddings = doc_embeddings
+        self.query_embeddings: dict[str, np.ndarray] = {}
+        self._index_of = {d: i for i, d in enumerate(bm25.doc_ids)}
+        self.name = f"fusion(bm25,{encoder_name or type(encoder).__name__},w={list(self.weights)})"
+
+    def _doc_emb(self) -> np.ndarray:
+        if self.doc_embeddings is None:
+            raise ValueError("FusionReranker: no corpus embeddings; the pipeline sets them (or pass doc_embeddings=)")
+        return self.doc_embeddings
+
+    def _query_emb(self, query_id: str, query: str) -> np.ndarray:
+        if query_id not in self.query_embeddings:
+            self.query_embeddings[query_id] = self.encoder.encode_queries([query])[0]
+        return self.query_embeddings[query_id]
+
+    def score(self, query: str, docs: Sequence[str]) -> np.ndarray:
+        raise TypeError("the fusion reranker scores corpus documents: use score_documents(query_id, query, doc_ids)")
+
+    def _raw(self, query_id, query, doc_ids):
+        idx = np.array([self._index_of[d] for d in doc_ids], dtype=np.int64)
+        lex = np.asarray(self.bm25.score(query, idx), dtype=np.float64)
+        dense = self._doc_emb()[idx].astype(np.float64) @ self._query_emb(query_id, query).astype(np.float64)
+        return lex, dense
+
+    def score_documents(self, query_id, query, doc_ids, candidates=None) -> np.ndarray:
+        doc_ids = list(doc_ids)
+        cand = list(candidates) if candidates else doc_ids
+        if not doc_ids:
+            return np.zeros(0)
+        if set(doc_ids) <= set(cand) and len(cand) == len(doc_ids):
+            # the candidate list itself: the spine's fusion
+            lex, dense = self._raw(query_id, query, cand)
+            fused = fuse([{query_id: dict(zip(cand, lex.tolist()))}, {query_id: dict(zip(cand, dense.tolist()))}],
+                         weights=self.weights, method="zscore")[query_id]
+            return np.array([fused[d] for d in doc_ids])
+        # other documents: normalised with the candidates' statistics (same scale)
+        c_lex, c_dense = self._raw(query_id, query, cand)
+        lex, dense = self._raw(query_id, query, doc_ids)
+
+        def z(v, ref):
+            sd = ref.std()
+            return (v - ref.mean()) / sd if sd > 0 else np.zeros_like(v)
+
+        return self.weights[0] * z(lex, c_lex) + self.weights[1] * z(dense, c_dense)
+
+    def rerank(self, candidates: Run, queries: Mapping[str, str], show_progress_bar: bool = True) -> Run:
+        missing = [q for q in candidates if q not in self.query_embeddings]
+        if missing and self.encoder is not None:  # one batched pass over the queries
+            emb = self.encoder.encode_queries([queries[q] for q in missing], batch_size=self.batch_size)
+            self.query_embeddings.update(zip(missing, emb))
+        return super().rerank(candidates, queries, show_progress_bar)
+
+
+def get_reranker(spec: str, *, bm25=None, encoder=None, encoder_name: str | None = None, **kwargs) -> Reranker:
+    """``"fusion"`` (needs ``bm25`` and ``encoder``), ``"monot5:<id>"`` or ``"cross-encoder:<id>"``."""
+    kind, _, ident = str(spec).partition(":")
+    if kind == "fusion":
+        return FusionReranker(bm25, encoder, encoder_name=encoder_name, **kwargs)
+    if kind == "monot5":
+        return MonoT5Reranker(ident or "castorini/monot5-3b-msmarco", **kwargs)
+    if kind == "cross-encoder":
+        if not ident:
+            raise ValueError("cross-encoder:<model id or path> needs a model")
+        return CrossEncoderReranker(ident, **kwargs)
+    raise ValueError(f"unknown reranker {spec!r}: use fusion, monot5:<id> or cross-encoder:<id>")
