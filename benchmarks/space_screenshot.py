@@ -188,8 +188,17 @@ def screenshot(url: str, out: Path, query: str, retriever: str | None = None, wi
             cdp.send("Page.navigate", {"url": url})
             cdp.wait_for("!!document.querySelector('#query textarea')", 120, "the app to load")
             if retriever:
-                cdp.click("#retriever input")
-                cdp.wait_for("document.querySelectorAll('ul[role=listbox] li').length > 0", 30, "the retriever list")
+                # a click that lands while the page is still hydrating is lost: click again until the list opens
+                deadline = time.time() + 120
+                while True:
+                    cdp.click("#retriever input")
+                    try:
+                        cdp.wait_for("document.querySelectorAll('ul[role=listbox] li').length > 0", 5,
+                                     "the retriever list")
+                        break
+                    except TimeoutError:
+                        if time.time() > deadline:
+                            raise
                 ok = cdp.js(f"(() => {{const li = [...document.querySelectorAll('ul[role=listbox] li')]"
                             f".find(e => e.getAttribute('aria-label') === {json.dumps(retriever)});"
                             f" if (!li) return false; li.scrollIntoView(); return true;}})()")
