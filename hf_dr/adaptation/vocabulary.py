@@ -21,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from ..analysis.plotting import save_figure
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["VocabularyExpansion", "expand_vocabulary", "apply_vocabulary", "unigram_entropy",
@@ -197,9 +199,4 @@ def plot_entropy_curve(expansion: VocabularyExpansion, path: str | os.PathLike, 
     ax.set_ylabel("unigram entropy I(C)")
     ax.set_title(title or "AdaLM vocabulary expansion")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .plotting import save_figure
+
 __all__ = ["berm_diagnostics", "plot_berm_diagnostics"]
 
 
@@ -123,9 +125,4 @@ def plot_berm_diagnostics(results: Mapping[str, dict], path: str | os.PathLike, 
         a2.text(i, a + 0.02, f"{a:.3f}", ha="center")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

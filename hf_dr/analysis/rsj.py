@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .plotting import save_figure
+
 __all__ = ["rsj_weight", "delta_rsj", "plot_delta_rsj"]
 
 
@@ -109,9 +111,4 @@ def plot_delta_rsj(result: dict, path: str | os.PathLike, title: str = "") -> Pa
     ax.set_ylabel("mean ΔRSJ (RSJ − RSĴ, K=%d)" % result["k"])
     ax.set_title(title or "Under- (<0) / over- (>0) weighting of query terms")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -1,0 +1,17 @@
+"""The one way analyses of hf-dr write a matplotlib figure to disk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def save_figure(fig, path, dpi: int = 120) -> Path:
+    """Lay out ``fig``, write it to ``path`` (parent folders created), close it, return the path."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
