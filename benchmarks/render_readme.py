@@ -30,7 +30,11 @@ def load_rows() -> list[dict]:
     return rows
 
 
-def _fmt(v) -> str:
+def _fmt(v, key: str = "") -> str:
+    if isinstance(v, float) and key.endswith("_per_s"):
+        return f"{v:.1f}"
+    if isinstance(v, float) and key == "ratio":
+        return f"{v:.2f}"
     if isinstance(v, float):
         return f"{v:.4f}" if abs(v) < 10 else f"{v:.1f}"
     return str(v)
@@ -45,7 +49,7 @@ def render_table(rows: list[dict]) -> str:
     head = "| dataset | system | " + " | ".join(LABELS.get(k, k) for k in keys) + " | command |"
     lines = [head, "|---|---|" + "---:|" * len(keys) + "---|"]
     for r in rows:
-        cells = [_fmt(r["metrics"][k]) if k in r["metrics"] else "" for k in keys]
+        cells = [_fmt(r["metrics"][k], k) if k in r["metrics"] else "" for k in keys]
         lines.append(f"| {r.get('dataset', '')} | {r['system']} | " + " | ".join(cells) + f" | `{r['command']}` |")
     return "\n".join(lines)
 
