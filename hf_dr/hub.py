@@ -29,14 +29,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .hub_templates import template_path
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["HubError", "ModelKind", "MODEL_KINDS", "detect_model_kind", "prepare_model_folder", "push_model",
-           "prepare_dataset_folder", "push_dataset", "metrics_table", "load_metrics", "TEMPLATES_DIR",
+           "prepare_dataset_folder", "push_dataset", "metrics_table", "load_metrics",
            "berm_available", "prepare_space_folder", "push_space"]
 
-#: card templates (jinja, rendered by huggingface_hub) live at the repository root
-TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "model_cards"
+def _template(name: str, what: str) -> Path:
+    """``model_cards/<name>.md``, found where :func:`hf_dr.hub_templates.template_path` looks."""
+    try:
+        return template_path(f"{name}.md")
+    except FileNotFoundError as e:
+        raise HubError(f"no card template {name}.md for {what}: {e}") from None
 #: the placeholder repo id of a card written with ``--local-dir`` and no ``--repo-id``
 PLACEHOLDER_OWNER = "your-username"
 
@@ -362,9 +368,7 @@ def prepare_model_folder(model_dir: str | os.PathLike, out_dir: str | os.PathLik
     if out.resolve() == src.resolve():
         raise HubError("--local-dir must differ from the model folder")
     _fresh_dir(out, overwrite)
-    tpl = TEMPLATES_DIR / f"{template or kind.template}.md"
-    if not tpl.is_file():
-        raise HubError(f"no card template {tpl} for {kind.title} models")
+    tpl = _template(template or kind.template, f"{kind.title} models")
     rows = load_metrics(metrics)  # fail before writing anything
     out.mkdir(parents=True, exist_ok=True)
     model, extra = _save_model(kind, src, out, dam)
@@ -530,9 +534,7 @@ def prepare_dataset_folder(data, out_dir: str | os.PathLike, *, repo_id: str | N
     from huggingface_hub import DatasetCard, DatasetCardData
 
     dd = _as_dataset_dict(data)
-    tpl = TEMPLATES_DIR / f"{template}.md"
-    if not tpl.is_file():
-        raise HubError(f"no dataset card template {tpl}")
+    tpl = _template(template, "datasets")
     out = Path(out_dir)
     _fresh_dir(out, overwrite)
     (out / "data").mkdir(parents=True, exist_ok=True)
