@@ -27,16 +27,39 @@ def tiny_splade(tiny_bert_dir):
     return SPLADECAI.from_backbone(str(tiny_bert_dir))
 
 
-def test_chunked_pooling_gives_identical_vectors(tiny_splade):
+def test_vocabulary_blocked_pooling_gives_identical_vectors(tiny_splade):
+    """The inference path (per-document, vocabulary-blocked projection + max) equals the
+    full projection + masked max, for block sizes that do not divide |V|."""
     m = tiny_splade
     texts = ["apple banana cherry " * 20, "banana", "a b c d e f g"]
-    full = m.encode_corpus(texts)
-    m.config.pool_chunk_size = 7
+    assert m.config.pool_vocab_block > 0  # on by default
+    blocked = m.encode_corpus(texts)
+    old = m.config.pool_vocab_block
     try:
-        chunked = m.encode_corpus(texts)
+        m.config.pool_vocab_block = 0
+        full = m.encode_corpus(texts)
+        m.config.pool_vocab_block = 7
+        odd = m.encode_corpus(texts)
     finally:
-        m.config.pool_chunk_size = 0
-    assert abs(full - chunked).max() < 1e-5 and full.nnz == chunked.nnz
+        m.config.pool_vocab_block = old
+    for other in (blocked, odd):
+        assert abs(full - other).max() < 1e-5 and full.nnz == other.nnz
+        assert (full.indices == other.indices).all()
+
+
+def test_blocked_decoder_masks_padding_and_empty_rows():
+    from hf_dr.models.splade.modeling_splade import _MaxPooledDecoder
+    torch.manual_seed(0)
+    dec = torch.nn.Linear(8, 50)
+    x = torch.randn(3, 5, 8)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [0, 0, 0, 0, 0]])
+    ref = splade_pool(dec(x).detach(), mask)
+    for batched in (False, True):  # per-document (CPU) and whole-batch-per-block (GPU) paths
+        with torch.no_grad(), _MaxPooledDecoder(dec, mask, 16, batched=batched):
+            got = dec(x)[:, 0]
+        assert torch.allclose(torch.log1p(torch.relu(got)), ref, atol=1e-6)
+        assert (torch.log1p(torch.relu(got[2])) == 0).all()  # no position: all weights 0
+    assert dec.forward.__func__ is torch.nn.Linear.forward  # restored on exit
 
 
 def test_fit_idf_eq6(tiny_splade):
