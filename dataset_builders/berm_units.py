@@ -20,41 +20,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-CARD = """---
-{card_data}
----
-
-# BERM unit dataset: {name}
-
-(query, positive passage) rows from `{source}` (qrels split `{split}`, grade >= {min_grade}
-positive{neg_text}) whose positive passage is split into sentence units (pysbd) with the
-**essential matching unit** annotated as in BERM (Xu et al., ACL 2023, §4.1):
-`h_i = BM25(q, u_i) + δ·r_i`, δ = {delta}, BM25 (bm25s, Lucene scoring, stemmed, English
-stopwords) over the collection of all units; reader: {reader}.
-
-| column | type | meaning |
-|---|---|---|
-| query, qid | str | the query |
-| pos | str | the positive passage (title + " " + text) |
-| neg | list[str] | hard negatives |
-| units | list[str] | the positive's sentence units |
-| unit_char_spans | list[[int, int]] | each unit's `[start, end)` in `pos` |
-| unit_scores | list[float] | h_i per unit |
-| essential_unit | int | argmax h (-100: no unit, or no term overlap and no reader) |
-
-Rows: {n_rows}; units per passage: mean {mean_units:.2f}; rows without an essential unit: {n_none}.
-
-Built by `dataset_builders/berm_units.py` of hf-dr. The source data's licence applies.
-"""
-
 
 def build_berm_units(data: str, *, split: str = "test", min_positive_grade: int = 1, negative_grade: int = 0,
                      n_negatives: int = 0, reader: str | None = None, delta: float = 0.1, max_rows: int | None = None,
                      seed: int = 0, output: str | None = None, show_progress_bar: bool = True):
     """Build (and with ``output`` save) the unit dataset of a BEIR folder / Hub dataset."""
-    from huggingface_hub import DatasetCard, DatasetCardData
-
     from hf_dr.data import load_beir, triplets_from_qrels
+    from hf_dr.hub_templates import write_card
     from hf_dr.labeling.units import NO_LABEL, annotate_units
 
     beir = load_beir(data, split=split)
@@ -67,15 +39,14 @@ def build_berm_units(data: str, *, split: str = "test", min_positive_grade: int 
         out.mkdir(parents=True, exist_ok=True)
         ds.to_parquet(str(out / "data.parquet"))
         n_units = [len(u) for u in ds["units"]]
-        card = DatasetCard(CARD.format(
-            card_data=DatasetCardData(tags=["hf-dr", "berm", "retrieval"], task_categories=["text-retrieval"],
-                                      language=["en"]).to_yaml(),
+        write_card(
+            out, "dataset_berm_units", {"tags": ["hf-dr", "berm", "retrieval"], "task_categories": ["text-retrieval"],
+                                        "language": ["en"]}, repo_type="dataset",
             name=Path(str(data)).name, source=data, split=split, min_grade=min_positive_grade,
             neg_text=f", {n_negatives} hard negative(s) of grade {negative_grade}" if n_negatives else "",
             delta=delta, reader=f"`{reader}` (max start probability over the unit, Eq. 2)" if reader else "none (BM25 only)",
             n_rows=len(ds), mean_units=sum(n_units) / max(1, len(n_units)),
-            n_none=sum(1 for x in ds["essential_unit"] if x == NO_LABEL)))
-        card.save(str(out / "README.md"))
+            n_none=sum(1 for x in ds["essential_unit"] if x == NO_LABEL))
     return ds
 
 

@@ -85,24 +85,17 @@ def main():
 
 
 def _write_card(out: Path, info: dict) -> None:
-    """Fill ``model_cards/ddr_dam.md`` with huggingface_hub's ModelCard (jinja template)."""
-    from huggingface_hub import ModelCard, ModelCardData
+    """Fill ``model_cards/ddr_dam.md`` (hf-dr's one card renderer, huggingface_hub's jinja ModelCard)."""
+    from hf_dr.hub_templates import write_card
 
-    template = Path(__file__).resolve().parent.parent / "model_cards" / "ddr_dam.md"
-    if not template.is_file():
-        logger.warning("no model card template at %s; README.md not written", template)
-        return
-    card = ModelCard.from_template(
-        card_data=ModelCardData(library_name="transformers", pipeline_tag="fill-mask", tags=["hf-dr", "ddr", "dam"],
-                                base_model=info["base_model"] if not Path(info["base_model"]).exists() else None),
-        template_path=str(template),
-                                   base_model=info["base_model"], corpus=info["corpus"], role=info["role"],
-                                   n_documents=info["n_documents"], learning_rate=info["learning_rate"],
-                                   global_steps=info["global_steps"], mlm_probability=info["mlm"]["mlm_probability"],
-                                   max_length=info["mlm"]["max_length"], train_loss=info["train_loss"],
-                                   heldout_before=info.get("heldout_mlm_loss_before"),
-                                   heldout_after=info.get("heldout_mlm_loss_after"))
-    card.save(out / "README.md")
+    write_card(
+        out, "ddr_dam", dict(library_name="transformers", pipeline_tag="fill-mask", tags=["hf-dr", "ddr", "dam"],
+                             base_model=info["base_model"] if not Path(info["base_model"]).exists() else None),
+        missing_ok=True, base_model=info["base_model"], corpus=info["corpus"], role=info["role"],
+        n_documents=info["n_documents"], learning_rate=info["learning_rate"],
+        global_steps=info["global_steps"], mlm_probability=info["mlm"]["mlm_probability"],
+        max_length=info["mlm"]["max_length"], train_loss=info["train_loss"],
+        heldout_before=info.get("heldout_mlm_loss_before"), heldout_after=info.get("heldout_mlm_loss_after"))
 
 
 if __name__ == "__main__":

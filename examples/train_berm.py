@@ -176,26 +176,21 @@ def train(m: ModelArguments, d: DataArguments, b: BERMArguments, args):
 
 
 def _write_card(model, out: Path, info: dict, d: DataArguments) -> None:
-    """Fill ``model_cards/berm.md`` with huggingface_hub's ModelCard (jinja template)."""
-    from huggingface_hub import ModelCard, ModelCardData
+    """Fill ``model_cards/berm.md`` (hf-dr's one card renderer, huggingface_hub's jinja ModelCard)."""
+    from hf_dr.hub_templates import write_card
 
-    template = Path(__file__).resolve().parent.parent / "model_cards" / "berm.md"
-    if not template.is_file():
-        logger.warning("no model card template at %s; README.md not written", template)
-        return
     c = model.config
     src = info["model_name_or_path"]
-    card = ModelCard.from_template(
-        ModelCardData(library_name="transformers", pipeline_tag="feature-extraction",
-                      tags=["hf-dr", "berm", "dense-retrieval"], base_model=None if Path(src).exists() else src),
-        template_path=str(template), backbone=src, style=info["style"],
+    write_card(
+        out, "berm", dict(library_name="transformers", pipeline_tag="feature-extraction",
+                          tags=["hf-dr", "berm", "dense-retrieval"], base_model=None if Path(src).exists() else src),
+        missing_ok=True, backbone=src, style=info["style"],
         berm="on" if info["berm"] else "off", alpha=info["alpha"], beta=info["beta"], delta=d.delta,
         reader=d.reader or "none (BM25 only)", train_data=f"`{d.train_data}`", n_rows=info["n_rows"],
         global_steps=info["global_steps"], learning_rate=info["learning_rate"], pooling=c.pooling,
         similarity="inner product" if c.similarity == "dot" else "cosine",
         max_query_length=c.max_query_length, max_doc_length=c.max_doc_length,
         results="See `docs/berm.md` of hf-dr for the benchmark of this configuration.")
-    card.save(out / "README.md")
 
 
 def main():

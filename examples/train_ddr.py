@@ -137,20 +137,16 @@ def main():
 
 
 def _write_rem_card(model, out: Path, info: dict, d: DataArguments) -> None:
-    """Fill ``model_cards/ddr_rem.md`` with huggingface_hub's ModelCard (jinja template)."""
-    from huggingface_hub import ModelCard, ModelCardData
+    """Fill ``model_cards/ddr_rem.md`` (hf-dr's one card renderer, huggingface_hub's jinja ModelCard)."""
+    from hf_dr.hub_templates import write_card
 
-    template = Path(__file__).resolve().parent.parent / "model_cards" / "ddr_rem.md"
-    if not template.is_file():
-        logger.warning("no model card template at %s; README.md not written", template)
-        return
     c = model.config
     src = info["model_name_or_path"]
-    card = ModelCard.from_template(
-        ModelCardData(library_name="transformers", pipeline_tag="feature-extraction",
-                      tags=["hf-dr", "ddr", "rem", "dense-retrieval", "peft", "lora"],
-                      base_model=None if Path(src).exists() else src),
-        template_path=str(template), rem_type=c.rem_type, lora_rank=c.lora_rank,
+    write_card(
+        out, "ddr_rem", dict(library_name="transformers", pipeline_tag="feature-extraction",
+                             tags=["hf-dr", "ddr", "rem", "dense-retrieval", "peft", "lora"],
+                             base_model=None if Path(src).exists() else src), missing_ok=True,
+        rem_type=c.rem_type, lora_rank=c.lora_rank,
         lora_targets=", ".join(c.lora_target_modules) if c.use_lora else "none",
         pa_bottleneck=c.pa_dim() if c.use_pa else "none", pa_scaling=c.pa_scaling,
         rem_parameters=f"{model.num_rem_parameters():,}", similarity="inner product" if c.similarity == "dot" else "cosine",
@@ -159,8 +155,7 @@ def _write_rem_card(model, out: Path, info: dict, d: DataArguments) -> None:
         objective=d.objective + (f" (scale {info['scale']})" if "scale" in info else ""), n_rows=info["n_rows"],
         global_steps=info["global_steps"], learning_rate=info["learning_rate"], pooling=c.pooling,
         max_query_length=c.max_query_length, max_doc_length=c.max_doc_length,
-        results="See `docs/ddr.md` of hf-dr for the benchmark of this configuration." )
-    card.save(out / "README.md")
+        results="See `docs/ddr.md` of hf-dr for the benchmark of this configuration.")
 
 
 if __name__ == "__main__":

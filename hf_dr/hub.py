@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .hub_templates import template_path
+from .hub_templates import render_card, template_path
 
 logger = logging.getLogger(__name__)
 
@@ -386,10 +386,8 @@ def prepare_model_folder(model_dir: str | os.PathLike, out_dir: str | os.PathLik
 def _render_model_card(kind: ModelKind, model, template: Path, out: Path, *, repo_id: str, rows: list[dict],
                        base_model: str | None, datasets: list[str], license: str, language: str | None,
                        info: dict, extra: dict) -> None:
-    from huggingface_hub import ModelCard, ModelCardData
-
     cfg = _flat_config(model)
-    data = ModelCardData(
+    data = dict(
         language=language, license=license, library_name="transformers" if kind.name != "dense"
         else "sentence-transformers", pipeline_tag=kind.pipeline_tag, base_model=base_model,
         datasets=datasets or None, tags=["hf-dr", *kind.tags], model_name=repo_id.split("/")[-1],
@@ -407,7 +405,7 @@ def _render_model_card(kind: ModelKind, model, template: Path, out: Path, *, rep
         usage=usage_snippet(kind, repo_id, max_query_length=int(cfg.get("max_query_length") or 64),
                             max_doc_length=int(cfg.get("max_doc_length") or 256)),
         model_class=kind.class_name, similarity=_similarity_words(cfg), **_kind_vars(kind, model, info), **extra)
-    card = ModelCard.from_template(data, template_path=str(template), **variables)
+    card = render_card(template, data, **variables)
     if "usage" not in template.read_text():
         # a template without the snippet (e.g. written for the training script): the published card
         # still says how to load the repo without hf-dr, with a snippet that runs
@@ -531,8 +529,6 @@ def prepare_dataset_folder(data, out_dir: str | os.PathLike, *, repo_id: str | N
     ``card_vars`` are template variables. The template also gets ``repo_id``, ``splits``
     (``{split: n_rows}``), ``features`` (column -> type), ``n_rows`` and ``preview`` (a table).
     """
-    from huggingface_hub import DatasetCard, DatasetCardData
-
     dd = _as_dataset_dict(data)
     tpl = _template(template, "datasets")
     out = Path(out_dir)
@@ -550,7 +546,7 @@ def prepare_dataset_folder(data, out_dir: str | os.PathLike, *, repo_id: str | N
                      n_rows=sum(len(ds) for ds in dd.values()),
                      features={k: str(v) for k, v in first.features.items()}, preview=_preview(first),
                      pretty_name=meta.get("pretty_name", repo_id.split("/")[-1]), **(card_vars or {}))
-    card = DatasetCard.from_template(DatasetCardData(**meta), template_path=str(tpl), **variables)
+    card = render_card(tpl, meta, repo_type="dataset", **variables)
     card.save(out / "README.md")
     return out
 

@@ -1,16 +1,62 @@
-"""Where card templates live: ``$HF_DR_MODEL_CARDS``, the repository's ``model_cards/``, or the
-copy installed inside the package (``hf_dr/templates``)."""
+"""Card templates and their rendering — the one place model and dataset cards are made.
+
+Templates live in ``$HF_DR_MODEL_CARDS``, the repository's ``model_cards/``, or a copy installed
+inside the package (``hf_dr/templates``); they are jinja files rendered by
+:meth:`huggingface_hub.ModelCard.from_template` / :meth:`~huggingface_hub.DatasetCard.from_template`
+with the YAML card data written between the ``---`` lines.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
 
 _PKG = Path(__file__).resolve().parent
 
+__all__ = ["template_path", "render_card", "write_card"]
+
 
 def template_path(name: str) -> Path:
+    """The file of card template ``name`` (e.g. ``"ddr_rem.md"``)."""
     for d in (os.environ.get("HF_DR_MODEL_CARDS"), _PKG.parent / "model_cards", _PKG / "templates"):
         if d and (Path(d) / name).is_file():
             return Path(d) / name
     raise FileNotFoundError(f"card template {name} not found (set HF_DR_MODEL_CARDS to the model_cards/ folder)")
+
+
+def render_card(template: str | os.PathLike, card_data: Mapping[str, Any] | None = None, *,
+                repo_type: str = "model", **variables):
+    """Render ``model_cards/<template>.md`` (or the template file ``template``) with ``card_data`` (YAML metadata: ``tags``,
+    ``base_model``, ``task_categories``...) and the template's ``variables``; returns the
+    :class:`~huggingface_hub.ModelCard` (``repo_type="model"``) or ``DatasetCard``."""
+    from huggingface_hub import DatasetCard, DatasetCardData, ModelCard, ModelCardData
+
+    if repo_type not in ("model", "dataset"):
+        raise ValueError(f"repo_type must be 'model' or 'dataset', got {repo_type!r}")
+    card_cls, data_cls = (ModelCard, ModelCardData) if repo_type == "model" else (DatasetCard, DatasetCardData)
+    if isinstance(template, Path) or Path(template).is_file():
+        path = Path(template)
+    else:
+        path = template_path(template if template.endswith(".md") else f"{template}.md")
+    return card_cls.from_template(data_cls(**dict(card_data or {})), template_path=str(path), **variables)
+
+
+def write_card(out_dir: str | os.PathLike, template: str, card_data: Mapping[str, Any] | None = None, *,
+               repo_type: str = "model", missing_ok: bool = False, **variables) -> Path | None:
+    """:func:`render_card` saved as ``out_dir/README.md``. With ``missing_ok`` (training
+    scripts, whose output is useful without a card) a missing template is a warning."""
+    try:
+        card = render_card(template, card_data, repo_type=repo_type, **variables)
+    except FileNotFoundError as e:
+        if not missing_ok:
+            raise
+        logger.warning("%s; README.md not written", e)
+        return None
+    path = Path(out_dir) / "README.md"
+    card.save(path)
+    return path

@@ -246,3 +246,32 @@ def test_dataset_push_writes_parquet_and_card(tmp_path):
     assert cli(["push", str(tmp_path / "pq"), "--dataset", "--local-dir", str(tmp_path / "OUT2")]) == 0
     assert (tmp_path / "OUT2" / "data" / "train.parquet").is_file()
     assert cli(["push", str(tmp_path), "--dataset", "--local-dir", str(tmp_path / "OUT3")]) == 2
+
+
+def test_write_card_one_renderer(tmp_path, monkeypatch):
+    """Every card (training scripts, dataset builders, push) goes through hub_templates.write_card:
+    YAML card data between the --- lines, jinja variables filled, a missing template a clear error
+    (or, for training scripts, a warning and no README)."""
+    from huggingface_hub import DatasetCard, ModelCard
+
+    from hf_dr.hub_templates import render_card, write_card
+
+    tpl = tmp_path / "tpls"
+    tpl.mkdir()
+    (tpl / "toy.md").write_text("---\n{{ card_data }}\n---\n\n# {{ name }}: {{ n_rows }} rows\n")
+    monkeypatch.setenv("HF_DR_MODEL_CARDS", str(tpl))
+    (tmp_path / "m").mkdir()
+    path = write_card(tmp_path / "m", "toy", {"tags": ["hf-dr"], "pipeline_tag": "fill-mask"}, name="DAM", n_rows=7)
+    card = ModelCard.load(path)
+    assert card.data.tags == ["hf-dr"] and card.data.pipeline_tag == "fill-mask"
+    assert "# DAM: 7 rows" in card.text
+    (tmp_path / "d").mkdir()
+    dcard = DatasetCard.load(write_card(tmp_path / "d", "toy.md", {"task_categories": ["text-retrieval"]},
+                                        repo_type="dataset", name="units", n_rows=3))
+    assert dcard.data.task_categories == ["text-retrieval"] and "# units: 3 rows" in dcard.text
+    with pytest.raises(FileNotFoundError, match="HF_DR_MODEL_CARDS"):
+        write_card(tmp_path, "no_such_template", name="x", n_rows=0)
+    assert write_card(tmp_path, "no_such_template", missing_ok=True, name="x", n_rows=0) is None
+    assert not (tmp_path / "README.md").exists()
+    with pytest.raises(ValueError, match="repo_type"):
+        render_card("toy", repo_type="space")

@@ -385,22 +385,17 @@ def _save_dataset(ds: Dataset, path: Path) -> None:
 def write_dataset_card(out: str | Path, stats: dict, command: str | None = None,
                        repo_id: str | None = None) -> Path:
     """Fill ``model_cards/dataset_pseudo_labels.md`` (huggingface_hub's jinja ``DatasetCard``)."""
-    from huggingface_hub import DatasetCard, DatasetCardData
-
-    from ..hub_templates import template_path
+    from ..hub_templates import write_card
 
     out = Path(out)
     cfg = stats["config"]
     source = Path(str(stats["source"]).rstrip("/")).name or str(stats["source"])
-    card_data = DatasetCardData(
+    card_data = dict(
         language="en", task_categories=["text-retrieval"], pretty_name=f"DoDress pseudo-labels for {source}",
         tags=["hf-dr", "pseudo-labels", "dodress", f"negatives-{cfg['negatives']}"],
         configs=[{"config_name": "default", "data_files": [
             {"split": "train", "path": "data/train-*.parquet"}, {"split": "dev", "path": "data/dev-*.parquet"}]}])
     fields = {k: v for k, v in stats.items() if k not in ("config", "cache")}
-    card = DatasetCard.from_template(
-        card_data, template_path=str(template_path("dataset_pseudo_labels.md")), source_name=source,
-        repo_id=repo_id or f"<user>/{source}-dodress-pseudo-labels", command=command or "(library call)",
-        **{**cfg, **fields})
-    card.save(out / "README.md")
-    return out / "README.md"
+    return write_card(out, "dataset_pseudo_labels", card_data, repo_type="dataset", source_name=source,
+                      repo_id=repo_id or f"<user>/{source}-dodress-pseudo-labels", command=command or "(library call)",
+                      **{**cfg, **fields})
