@@ -1,7 +1,8 @@
 """Card templates and their rendering — the one place model and dataset cards are made.
 
-Templates live in ``$HF_DR_MODEL_CARDS``, the repository's ``model_cards/``, or a copy installed
-inside the package (``hf_dr/templates``); they are jinja files rendered by
+Templates live in the repository's ``model_cards/``, which the package reaches through
+``hf_dr/templates`` (a link in the source tree, real files in a built wheel, so a plain
+``pip install`` has them); ``$HF_DR_MODEL_CARDS`` points at another folder. They are jinja files rendered by
 :meth:`huggingface_hub.ModelCard.from_template` / :meth:`~huggingface_hub.DatasetCard.from_template`
 with the YAML card data written between the ``---`` lines.
 """
@@ -23,10 +24,11 @@ __all__ = ["template_path", "render_card", "write_card"]
 
 def template_path(name: str) -> Path:
     """The file of card template ``name`` (e.g. ``"ddr_rem.md"``)."""
-    for d in (os.environ.get("HF_DR_MODEL_CARDS"), _PKG.parent / "model_cards", _PKG / "templates"):
+    for d in (os.environ.get("HF_DR_MODEL_CARDS"), _PKG / "templates"):
         if d and (Path(d) / name).is_file():
             return Path(d) / name
-    raise FileNotFoundError(f"card template {name} not found (set HF_DR_MODEL_CARDS to the model_cards/ folder)")
+    raise FileNotFoundError(f"card template {name} not found in {os.environ.get('HF_DR_MODEL_CARDS') or _PKG / 'templates'} "
+                            "(set HF_DR_MODEL_CARDS to a folder of card templates)")
 
 
 def render_card(template: str | os.PathLike, card_data: Mapping[str, Any] | None = None, *,

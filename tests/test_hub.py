@@ -275,3 +275,21 @@ def test_write_card_one_renderer(tmp_path, monkeypatch):
     assert not (tmp_path / "README.md").exists()
     with pytest.raises(ValueError, match="repo_type"):
         render_card("toy", repo_type="space")
+
+
+def test_built_wheel_ships_the_card_templates(tmp_path):
+    """A plain (non-editable) install has every template of model_cards/ inside the package."""
+    import subprocess
+    import sys
+    import zipfile
+
+    pytest.importorskip("setuptools", reason="building without isolation needs setuptools in this environment")
+    repo = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                        str(tmp_path), str(repo)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    wheel = next(tmp_path.glob("hf_dr-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    templates = sorted(p.name for p in (repo / "model_cards").glob("*.md"))
+    assert templates and all(f"hf_dr/templates/{t}" in names for t in templates)
+    assert "hf_dr/models/splade/modeling_splade.py" in names
