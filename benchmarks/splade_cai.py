@@ -56,6 +56,9 @@ def main() -> None:
     ap.add_argument("--splade-steps", type=int, default=300)
     ap.add_argument("--splade-batch-size", type=int, default=8)
     ap.add_argument("--doc-max-length", type=int, default=96)
+    ap.add_argument("--lambda-q", type=float, default=0.08, help="FLOPS weight, queries (paper Sec. 4: 0.08)")
+    ap.add_argument("--lambda-d", type=float, default=0.1, help="FLOPS weight, documents (paper Sec. 4: 0.1; "
+                    "its NFCorpus appendix uses 0.0006 / 0.0008)")
     ap.add_argument("--runs", default="runs/splade_cai", help="stage folders (re-used when parameters match)")
     a = ap.parse_args()
 
@@ -73,19 +76,23 @@ def main() -> None:
             for k, v in metrics.items():
                 print(f"{ds:8s} {k:40s} nDCG@10={v['ndcg@10']:.4f}", flush=True)
         else:
+            default_lambdas = (a.lambda_q, a.lambda_d) == (0.08, 0.1)
+            tag = "" if default_lambdas else f" (λ_Q={a.lambda_q:g}, λ_D={a.lambda_d:g})"
             for name in a.variants:
                 vocab, mlm = CHAIN[name]
+                folder = name.split(" ")[0].lower() + ("" if default_lambdas else f"-lq{a.lambda_q:g}-ld{a.lambda_d:g}")
                 args = CAIArguments(backbone=a.model, target_data=str(SHARED / "data" / ds),
                                     source_data=str(SHARED / "data" / "msmarco-trecdl2019"),
-                                    output_dir=str(Path(a.runs) / ds / name.split(" ")[0].lower()),
+                                    output_dir=str(Path(a.runs) / ds / folder), lambda_q=a.lambda_q, lambda_d=a.lambda_d,
                                     expand_vocabulary=vocab, continual_mlm=mlm, mlm_steps=a.mlm_steps,
                                     splade_steps=a.splade_steps, flops_warmup_steps=max(1, a.splade_steps // 3),
                                     splade_batch_size=a.splade_batch_size, doc_max_length=a.doc_max_length,
                                     mlm_max_length=128)
                 report = run_cai(args)
                 extra = {"vocab_size": report.get("vocabulary", {}).get("final"), "mlm_steps": a.mlm_steps if mlm else 0,
+                         "lambda_q": a.lambda_q, "lambda_d": a.lambda_d,
                          "splade_steps": a.splade_steps, "splade_batch_size": a.splade_batch_size, "doc_max_length": a.doc_max_length}
-                save_rows("splade_cai", rows_for(report["metrics"], ds, f"CAI chain, {name}: ", "splade_cai_chain", extra))
+                save_rows("splade_cai", rows_for(report["metrics"], ds, f"CAI chain{tag}, {name}: ", "splade_cai_chain", extra))
                 for k, v in report["metrics"].items():
                     print(f"{ds:8s} {name:32s} {k:16s} nDCG@10={v['ndcg@10']:.4f}", flush=True)
 
