@@ -48,8 +48,8 @@ def render_table(rows: list[dict]) -> str:
                 keys.append(k)
     head = "| dataset | system | " + " | ".join(LABELS.get(k, k) for k in keys) + " | command |"
     lines = [head, "|---|---|" + "---:|" * len(keys) + "---|"]
-    datasets = list(dict.fromkeys(r.get("dataset", "") for r in rows))  # grouped, in order of first appearance
-    for r in sorted(rows, key=lambda r: datasets.index(r.get("dataset", ""))):
+    rank = {d: i for i, d in enumerate(dict.fromkeys(r.get("dataset", "") for r in rows))}  # first appearance
+    for r in sorted(rows, key=lambda r: rank[r.get("dataset", "")]):  # grouped by dataset, stable within
         cells = [_fmt(r["metrics"][k], k) if k in r["metrics"] else "" for k in keys]
         lines.append(f"| {r.get('dataset', '')} | {r['system']} | " + " | ".join(cells) + f" | `{r['command']}` |")
     return "\n".join(lines)

@@ -76,7 +76,7 @@ def main() -> None:
             for k, v in metrics.items():
                 print(f"{ds:8s} {k:40s} nDCG@10={v['ndcg@10']:.4f}", flush=True)
         else:
-            default_lambdas = (a.lambda_q, a.lambda_d) == (0.08, 0.1)
+            default_lambdas = (a.lambda_q, a.lambda_d) == (ap.get_default("lambda_q"), ap.get_default("lambda_d"))
             tag = "" if default_lambdas else f" (λ_Q={a.lambda_q:g}, λ_D={a.lambda_d:g})"
             for name in a.variants:
                 vocab, mlm = CHAIN[name]

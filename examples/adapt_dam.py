@@ -20,7 +20,6 @@ MLM head (all-MiniLM-L6-v2) gets a new head, decoder tied to the word embeddings
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -28,8 +27,6 @@ from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments
 
 from hf_dr.adaptation.mlm import MLMArguments, load_mlm_model, mlm_loss, train_mlm
 from hf_dr.data import load_beir
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -91,7 +88,7 @@ def _write_card(out: Path, info: dict) -> None:
     write_card(
         out, "ddr_dam", dict(library_name="transformers", pipeline_tag="fill-mask", tags=["hf-dr", "ddr", "dam"],
                              base_model=info["base_model"] if not Path(info["base_model"]).exists() else None),
-        missing_ok=True, base_model=info["base_model"], corpus=info["corpus"], role=info["role"],
+        base_model=info["base_model"], corpus=info["corpus"], role=info["role"],
         n_documents=info["n_documents"], learning_rate=info["learning_rate"],
         global_steps=info["global_steps"], mlm_probability=info["mlm"]["mlm_probability"],
         max_length=info["mlm"]["max_length"], train_loss=info["train_loss"],

@@ -20,13 +20,11 @@ Data: a BEIR folder with graded qrels (grade >= ``--min_positive_grade`` positiv
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from transformers import HfArgumentParser
 
-logger = logging.getLogger(__name__)
 
 STYLES = ("vanilla", "hard_negatives", "distillation")
 
@@ -184,7 +182,7 @@ def _write_card(model, out: Path, info: dict, d: DataArguments) -> None:
     write_card(
         out, "berm", dict(library_name="transformers", pipeline_tag="feature-extraction",
                           tags=["hf-dr", "berm", "dense-retrieval"], base_model=None if Path(src).exists() else src),
-        missing_ok=True, backbone=src, style=info["style"],
+        backbone=src, style=info["style"],
         berm="on" if info["berm"] else "off", alpha=info["alpha"], beta=info["beta"], delta=d.delta,
         reader=d.reader or "none (BM25 only)", train_data=f"`{d.train_data}`", n_rows=info["n_rows"],
         global_steps=info["global_steps"], learning_rate=info["learning_rate"], pooling=c.pooling,

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -145,7 +144,7 @@ def _write_rem_card(model, out: Path, info: dict, d: DataArguments) -> None:
     write_card(
         out, "ddr_rem", dict(library_name="transformers", pipeline_tag="feature-extraction",
                              tags=["hf-dr", "ddr", "rem", "dense-retrieval", "peft", "lora"],
-                             base_model=None if Path(src).exists() else src), missing_ok=True,
+                             base_model=None if Path(src).exists() else src),
         rem_type=c.rem_type, lora_rank=c.lora_rank,
         lora_targets=", ".join(c.lora_target_modules) if c.use_lora else "none",
         pa_bottleneck=c.pa_dim() if c.use_pa else "none", pa_scaling=c.pa_scaling,

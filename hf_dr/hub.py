@@ -43,6 +43,8 @@ def _template(name: str, what: str) -> Path:
         return template_path(f"{name}.md")
     except FileNotFoundError as e:
         raise HubError(f"no card template {name}.md for {what}: {e}") from None
+
+
 #: the placeholder repo id of a card written with ``--local-dir`` and no ``--repo-id``
 PLACEHOLDER_OWNER = "your-username"
 

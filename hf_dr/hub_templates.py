@@ -9,13 +9,10 @@ with the YAML card data written between the ``---`` lines.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-logger = logging.getLogger(__name__)
 
 _PKG = Path(__file__).resolve().parent
 
@@ -49,16 +46,8 @@ def render_card(template: str | os.PathLike, card_data: Mapping[str, Any] | None
 
 
 def write_card(out_dir: str | os.PathLike, template: str, card_data: Mapping[str, Any] | None = None, *,
-               repo_type: str = "model", missing_ok: bool = False, **variables) -> Path | None:
-    """:func:`render_card` saved as ``out_dir/README.md``. With ``missing_ok`` (training
-    scripts, whose output is useful without a card) a missing template is a warning."""
-    try:
-        card = render_card(template, card_data, repo_type=repo_type, **variables)
-    except FileNotFoundError as e:
-        if not missing_ok:
-            raise
-        logger.warning("%s; README.md not written", e)
-        return None
+               repo_type: str = "model", **variables) -> Path:
+    """:func:`render_card` saved as ``out_dir/README.md``; returns that path."""
     path = Path(out_dir) / "README.md"
-    card.save(path)
+    render_card(template, card_data, repo_type=repo_type, **variables).save(path)
     return path

@@ -250,8 +250,7 @@ def test_dataset_push_writes_parquet_and_card(tmp_path):
 
 def test_write_card_one_renderer(tmp_path, monkeypatch):
     """Every card (training scripts, dataset builders, push) goes through hub_templates.write_card:
-    YAML card data between the --- lines, jinja variables filled, a missing template a clear error
-    (or, for training scripts, a warning and no README)."""
+    YAML card data between the --- lines, jinja variables filled, a missing template a clear error."""
     from huggingface_hub import DatasetCard, ModelCard
 
     from hf_dr.hub_templates import render_card, write_card
@@ -271,7 +270,6 @@ def test_write_card_one_renderer(tmp_path, monkeypatch):
     assert dcard.data.task_categories == ["text-retrieval"] and "# units: 3 rows" in dcard.text
     with pytest.raises(FileNotFoundError, match="HF_DR_MODEL_CARDS"):
         write_card(tmp_path, "no_such_template", name="x", n_rows=0)
-    assert write_card(tmp_path, "no_such_template", missing_ok=True, name="x", n_rows=0) is None
     assert not (tmp_path / "README.md").exists()
     with pytest.raises(ValueError, match="repo_type"):
         render_card("toy", repo_type="space")
