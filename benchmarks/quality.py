@@ -4,8 +4,8 @@ splade-tiny, and their hybrids, on SciFact and ArguAna (self-matches removed).
     python benchmarks/quality.py                       # every system on both datasets
     python benchmarks/quality.py --datasets scifact --systems bm25 minilm
 
-Each row goes through the same library call as ``hf-dr evaluate`` and records the
-equivalent CLI command. Results: benchmarks/results/quality.json.
+Each row goes through the same library calls as ``hf-dr evaluate`` (``build_retriever`` +
+``evaluate``) and records the equivalent CLI command. Results: benchmarks/results/quality.json.
 """
 
 from __future__ import annotations
@@ -37,23 +37,35 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     a = ap.parse_args()
 
-    from hf_dr.commands.evaluate import evaluate_retriever
     from hf_dr.data import load_beir
+    from hf_dr.evaluation import evaluate
+    from hf_dr.retrieval import HybridRetriever, build_retriever
 
     rows = []
     for ds in a.datasets:
         data = load_beir(SHARED / "data" / ds, split="test")
-        cache: dict = {}  # BM25 / model runs shared by the plain and hybrid rows
+        built: dict = {}  # one retriever per (kind, model, options): the hybrids re-use the encoded corpus
+
+        def get(kind, model, kw):
+            key = (kind, model, tuple(sorted(kw.items())))
+            if key not in built:
+                if kind == "hybrid":
+                    second = get(kw["hybrid_second"], model, {})
+                    built[key] = HybridRetriever([get("bm25", None, {}), second], method=kw.get("fusion", "zscore"))
+                else:
+                    built[key] = build_retriever(kind, data, str(SHARED / model) if model else None,
+                                                 batch_size=a.batch_size, **kw)
+            return built[key]
+
         for key in a.systems:
             label, retriever, model, kw, flags = SYSTEMS[key]
-            model_path = str(SHARED / model) if model else None
-            res, _, info = evaluate_retriever(data, retriever, model_path, batch_size=a.batch_size, cache=cache, **kw)
+            res = evaluate(get(retriever, model, kw), data)
             cmd = f"hf-dr evaluate --data ../shared/data/{ds} --retriever {retriever}"
             cmd += f" --model ../shared/{model}" if model else ""
             cmd += f" {flags}" if flags else ""
             row = {"table": "baselines", "dataset": ds, "system": label, "command": cmd.strip(),
                    "metrics": {k: round(v, 4) for k, v in res.aggregate.items()},
-                   "machine": machine(), "self_matches_removed": info["ignore_identical_ids"]}
+                   "machine": machine(), "self_matches_removed": data.ignore_identical_ids}
             print(f"{ds:8s} {label:48s} " + "  ".join(f"{k}={v:.4f}" for k, v in res.aggregate.items())
                   , flush=True)
             rows.append(row)

@@ -1,4 +1,4 @@
-"""Evaluate a retriever on a BEIR folder or Hub dataset (the library call behind `hf-dr evaluate`).
+"""Evaluate a retriever on a BEIR folder or Hub dataset (the library calls behind `hf-dr evaluate`).
 
     python examples/evaluate_beir.py --data ../shared/data/scifact --retriever dense \
         --model ../shared/models/all-MiniLM-L6-v2 --output out/minilm
@@ -9,10 +9,9 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
-from hf_dr.commands.evaluate import evaluate_retriever
 from hf_dr.data import load_beir
-from hf_dr.evaluation import format_table
-from hf_dr.retrieval import write_trec_run
+from hf_dr.evaluation import evaluate, format_table
+from hf_dr.retrieval import build_retriever, write_trec_run
 
 
 @dataclass
@@ -28,11 +27,12 @@ class Args:
 def main():
     (a,) = HfArgumentParser(Args).parse_args_into_dataclasses()
     data = load_beir(a.data, split=a.split)
-    result, run, info = evaluate_retriever(data, a.retriever, a.model, fusion=a.fusion)
+    retriever = build_retriever(a.retriever, data, a.model, fusion=a.fusion)
+    result = evaluate(retriever, data)
     print(format_table({a.retriever: result.aggregate}))
     if a.output:
-        write_trec_run(run, Path(a.output) / "run.trec")
-        result.to_json(Path(a.output) / "metrics.json", **info)
+        write_trec_run(result.run, Path(a.output) / "run.trec")
+        result.to_json(Path(a.output) / "metrics.json", **retriever.info())
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import sys
 # only loses its own subcommand
 COMMANDS = [
     "hf_dr.commands.evaluate",
+    "hf_dr.commands.encode",
     "hf_dr.commands.quickstart",
     "hf_dr.commands.push",
     "hf_dr.commands.berm_diagnostics",

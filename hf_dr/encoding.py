@@ -3,12 +3,14 @@
 Every encoder of the suite (the generic :class:`DenseEncoder` baseline, ``BERMEncoder``,
 ``DDRModel``, ``SPLADECAI``) turns text into vectors through :func:`encode`:
 
-* the whole input is tokenised once by the fast tokenizer (no padding), then sorted by
-  token length so that each batch pads as little as possible; results are restored to
-  input order at the end;
+* the input is read lazily, ``chunk_size`` texts at a time (:func:`iter_encode`), so memory
+  holds one chunk's tokens and outputs whatever the corpus size: a corpus of millions of
+  documents streams through it (:mod:`hf_dr.embeddings` writes each chunk as a shard);
+* each chunk is tokenised once by the fast tokenizer (no padding), then sorted by token
+  length so that each batch pads as little as possible; results are restored to input order;
 * batches run under ``torch.inference_mode`` (and autocast to fp16/bf16 on GPU when asked);
-* dense outputs stay on the device until the loop ends (no per-batch host sync), then
-  come back as one ``float32`` array; sparse outputs come back as ``scipy.sparse.csr_matrix``;
+* dense outputs stay on the device until the chunk ends (no per-batch host sync), then
+  come back as ``float32``; sparse outputs come back as ``scipy.sparse.csr_matrix``;
 * a tqdm progress bar shows documents, not batches.
 
 Models take part by inheriting :class:`EncoderMixin`; their ``forward(input_ids,
@@ -20,8 +22,9 @@ DDP when distributed), so there is one code path from training to inference.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,7 +32,10 @@ import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
-__all__ = ["encode", "EncoderMixin", "doc_to_text", "resolve_device", "embed"]
+__all__ = ["encode", "iter_encode", "EncoderMixin", "doc_to_text", "resolve_device", "embed", "DEFAULT_CHUNK_SIZE"]
+
+#: texts tokenised and encoded at a time (and the rows of one shard of an embeddings folder)
+DEFAULT_CHUNK_SIZE = 8192
 
 
 def embed(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, is_query: bool, **kwargs) -> torch.Tensor:
@@ -71,8 +77,8 @@ def _autocast(device: torch.device, dtype: str | torch.dtype | None):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def encode(
-    texts: Sequence[str],
+def iter_encode(
+    texts: Iterable[str],
     tokenizer,
     forward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     *,
@@ -81,57 +87,76 @@ def encode(
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = "auto",
     sparse: bool = False,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
     show_progress_bar: bool | None = None,
+    total: int | None = None,
     desc: str = "Encoding",
     convert_to: str = "numpy",
     tokenizer_kwargs: Mapping[str, Any] | None = None,
-):
-    """Encode ``texts`` with ``forward(input_ids, attention_mask) -> [batch, dim]``.
+) -> Iterator:
+    """Encode ``texts`` (any iterable, read lazily) chunk by chunk; yield one output block per
+    ``chunk_size`` texts, in input order: ``np.ndarray[float32, (c, dim)]`` (``"numpy"``), a CPU
+    ``torch.Tensor`` (``"torch"``), or with ``sparse=True`` a ``scipy.sparse.csr_matrix (c, dim)``.
 
-    Returns ``np.ndarray[float32, (n, dim)]`` (``convert_to="numpy"``), a CPU
-    ``torch.Tensor`` (``"torch"``), or, with ``sparse=True``, a
-    ``scipy.sparse.csr_matrix (n, dim)`` built without a dense round trip of the corpus.
-    """
+    Memory holds one chunk's tokens and outputs, whatever the corpus size. Within a chunk the
+    texts are length-sorted so that each batch pads as little as possible (longest batch first:
+    an out-of-memory error shows up at once)."""
     if isinstance(texts, str):
         raise TypeError("encode() takes a list of strings, not a single string")
-    texts = list(texts)
+    if chunk_size < 1 or batch_size < 1:
+        raise ValueError(f"chunk_size and batch_size must be at least 1 (got {chunk_size}, {batch_size})")
     device = resolve_device(device)
-    if len(texts) == 0:
-        raise ValueError("nothing to encode: the input list is empty")
-    for i, t in enumerate(texts):
-        if not isinstance(t, str):
-            raise TypeError(f"input {i} is {type(t).__name__}, expected str")
+    if total is None and hasattr(texts, "__len__"):
+        total = len(texts)
     if show_progress_bar is None:
-        show_progress_bar = len(texts) > 4 * batch_size
+        show_progress_bar = total is None or total > 4 * batch_size
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    it = iter(texts)
+    seen = 0
+    with tqdm(total=total, desc=desc, unit="doc", disable=not show_progress_bar) as bar:
+        while True:
+            chunk = list(itertools.islice(it, chunk_size))
+            if not chunk:
+                break
+            for i, t in enumerate(chunk):
+                if not isinstance(t, str):
+                    raise TypeError(f"input {seen + i} is {type(t).__name__}, expected str")
+            seen += len(chunk)
+            # inference mode / autocast per chunk: never left on while the caller runs between yields
+            with torch.inference_mode(), _autocast(device, dtype):
+                block = _encode_chunk(chunk, tokenizer, forward, pad_id, batch_size, max_length, device, sparse,
+                                      convert_to, tokenizer_kwargs, bar)
+            yield block
+    if seen == 0:
+        raise ValueError("nothing to encode: the input is empty")
 
+
+def _encode_chunk(texts, tokenizer, forward, pad_id, batch_size, max_length, device, sparse, convert_to,
+                  tokenizer_kwargs, bar):
     tok = tokenizer(texts, truncation=max_length is not None, max_length=max_length,
                     padding=False, return_attention_mask=False, **(tokenizer_kwargs or {}))
     ids = tok["input_ids"]
+    del tok
     lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
-    order = np.argsort(-lengths, kind="stable")  # longest first: OOM shows up at once
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-
+    order = np.argsort(-lengths, kind="stable")
     outputs: list[torch.Tensor] = []
-    with torch.inference_mode(), _autocast(device, dtype), tqdm(
-        total=len(texts), desc=desc, unit="doc", disable=not show_progress_bar
-    ) as bar:
-        for start in range(0, len(texts), batch_size):
-            idx = order[start:start + batch_size]
-            width = int(lengths[idx[0]])
-            batch_ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
-            mask = torch.zeros((len(idx), width), dtype=torch.long)
-            for row, j in enumerate(idx):
-                n = int(lengths[j])
-                batch_ids[row, :n] = torch.as_tensor(ids[j], dtype=torch.long)
-                mask[row, :n] = 1
-            out = forward(batch_ids.to(device, non_blocking=True), mask.to(device, non_blocking=True))
-            if sparse:
-                with warnings.catch_warnings():  # "sparse CSR support is in beta"
-                    warnings.simplefilter("ignore", UserWarning)
-                    out = out.float().to_sparse_csr()
-            outputs.append(out)
-            bar.update(len(idx))
-
+    for start in range(0, len(texts), batch_size):
+        idx = order[start:start + batch_size]
+        width = int(lengths[idx[0]])
+        batch_ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(idx), width), dtype=torch.long)
+        for row, j in enumerate(idx):
+            n = int(lengths[j])
+            batch_ids[row, :n] = torch.as_tensor(ids[j], dtype=torch.long)
+            mask[row, :n] = 1
+        # dense outputs stay on the device until the chunk ends (no per-batch host sync)
+        out = forward(batch_ids.to(device, non_blocking=True), mask.to(device, non_blocking=True))
+        if sparse:
+            with warnings.catch_warnings():  # "sparse CSR support is in beta"
+                warnings.simplefilter("ignore", UserWarning)
+                out = out.float().to_sparse_csr()
+        outputs.append(out)
+        bar.update(len(idx))
     inverse = np.empty_like(order)
     inverse[order] = np.arange(len(order))
     if sparse:
@@ -145,9 +170,29 @@ def encode(
         mat.sort_indices()
         return mat.astype(np.float32)
     result = torch.cat(outputs, dim=0).float()[torch.as_tensor(inverse, device=outputs[0].device)].cpu()
-    if convert_to == "torch":
-        return result
-    return result.numpy()
+    return result if convert_to == "torch" else result.numpy()
+
+
+def encode(texts: Sequence[str], tokenizer, forward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+           **kwargs):
+    """Encode ``texts`` with ``forward(input_ids, attention_mask) -> [batch, dim]`` (keyword
+    arguments: :func:`iter_encode`'s) and return the whole output: ``np.ndarray[float32, (n, dim)]``,
+    a CPU ``torch.Tensor`` (``convert_to="torch"``), or with ``sparse=True`` a
+    ``scipy.sparse.csr_matrix (n, dim)`` built without a dense round trip of the corpus."""
+    if isinstance(texts, str):
+        raise TypeError("encode() takes a list of strings, not a single string")
+    return concat_blocks(list(iter_encode(texts, tokenizer, forward, **kwargs)))
+
+
+def concat_blocks(blocks: list):
+    """Join the blocks of :func:`iter_encode` (arrays, tensors or CSR matrices) into one."""
+    if len(blocks) == 1:
+        return blocks[0]
+    if sp.issparse(blocks[0]):
+        return sp.vstack(blocks, format="csr")
+    if isinstance(blocks[0], torch.Tensor):
+        return torch.cat(blocks)
+    return np.concatenate(blocks)
 
 
 class EncoderMixin:
@@ -162,9 +207,9 @@ class EncoderMixin:
 
     output_is_sparse: bool = False
 
-    def _encode_texts(self, texts, *, is_query: bool, batch_size=32, max_length=None,
-                      show_progress_bar=None, device=None, dtype="auto", convert_to="numpy",
-                      tokenizer=None):
+    def encoding_settings(self, is_query: bool = False, max_length: int | None = None, tokenizer=None) -> dict:
+        """The settings an encoding runs with: ``max_length`` (capped by the backbone's positions and
+        the tokenizer's limit), ``prefix`` and ``sparse`` — what an embeddings manifest records."""
         tokenizer = tokenizer or getattr(self, "tokenizer", None)
         if tokenizer is None:
             raise ValueError(f"{type(self).__name__} has no tokenizer: pass tokenizer=... or set model.tokenizer")
@@ -180,9 +225,20 @@ class EncoderMixin:
             limit = min(limit, tok_limit) if limit else tok_limit
         if limit and max_length > limit:
             max_length = limit
-        prefix = getattr(self, "query_prefix" if is_query else "doc_prefix", None) or ""
+        return {"max_length": int(max_length), "sparse": bool(self.output_is_sparse),
+                "prefix": getattr(self, "query_prefix" if is_query else "doc_prefix", None) or "",
+                "pooling": getattr(self, "pooling", None), "normalize": getattr(self, "normalize", None)}
+
+    def _iter_encode_texts(self, texts: Iterable[str], *, is_query: bool, batch_size=32, max_length=None,
+                           show_progress_bar=None, device=None, dtype="auto", convert_to="numpy",
+                           tokenizer=None, chunk_size: int = DEFAULT_CHUNK_SIZE, total: int | None = None):
+        tokenizer = tokenizer or getattr(self, "tokenizer", None)
+        settings = self.encoding_settings(is_query, max_length, tokenizer)
+        prefix = settings["prefix"]
+        if total is None and hasattr(texts, "__len__"):
+            total = len(texts)
         if prefix:
-            texts = [prefix + t for t in texts]
+            texts = (prefix + t for t in texts)
         if device is not None and isinstance(self, torch.nn.Module):
             self.to(resolve_device(device))
         dev = device
@@ -193,15 +249,20 @@ class EncoderMixin:
         if isinstance(self, torch.nn.Module):
             self.eval()
         try:
-            return encode(
+            yield from iter_encode(
                 texts, tokenizer,
                 lambda ids, mask: embed(self, ids, mask, is_query),
-                batch_size=batch_size, max_length=max_length, device=dev, dtype=dtype,
-                sparse=self.output_is_sparse, show_progress_bar=show_progress_bar,
-                desc="Encoding queries" if is_query else "Encoding corpus", convert_to=convert_to)
+                batch_size=batch_size, max_length=settings["max_length"], device=dev, dtype=dtype,
+                sparse=self.output_is_sparse, show_progress_bar=show_progress_bar, chunk_size=chunk_size,
+                total=total, desc="Encoding queries" if is_query else "Encoding corpus", convert_to=convert_to)
         finally:
             if was_training:
                 self.train()
+
+    def _encode_texts(self, texts: Sequence[str], *, is_query: bool, convert_to="numpy", **kwargs):
+        if isinstance(texts, str):
+            raise TypeError("encode() takes a list of strings, not a single string")
+        return concat_blocks(list(self._iter_encode_texts(texts, is_query=is_query, convert_to=convert_to, **kwargs)))
 
     def encode_queries(self, queries: Sequence[str], **kwargs):
         """Queries -> float32 ``[n, d]`` (dense models) or CSR ``[n, |V|]`` (sparse models)."""
@@ -210,3 +271,10 @@ class EncoderMixin:
     def encode_corpus(self, corpus: Sequence[Mapping[str, Any] | str], **kwargs):
         """Documents (``str`` or BEIR dicts with title/text) -> ``[n, d]`` / CSR ``[n, |V|]``."""
         return self._encode_texts([doc_to_text(d) for d in corpus], is_query=False, **kwargs)
+
+    def iter_encode_corpus(self, corpus: Iterable[Mapping[str, Any] | str], *, total: int | None = None, **kwargs):
+        """Stream documents through the encoder: yields one ``[c, d]`` / CSR block per ``chunk_size``
+        documents, in order, reading ``corpus`` lazily (memory does not grow with the corpus)."""
+        if total is None and hasattr(corpus, "__len__"):
+            total = len(corpus)
+        return self._iter_encode_texts((doc_to_text(d) for d in corpus), is_query=False, total=total, **kwargs)

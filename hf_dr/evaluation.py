@@ -1,5 +1,6 @@
 """Evaluation: the one metric path of hf-dr (pytrec_eval), significance tests, and
-``evaluate_model`` for an encoder on a BEIR dataset."""
+:func:`evaluate` — any :class:`~hf_dr.retrieval.Retriever` on a BEIR split. The self-match rule
+(BEIR's ``ignore_identical_ids``) lives here and nowhere else."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .retrieval.run import Run, remove_self_matches, top_k_run
+from .retrieval.run import Run, top_k_run
 
-__all__ = ["EvalResult", "evaluate_run", "paired_ttest", "evaluate_model", "DEFAULT_METRICS", "format_table",
-           "RerankEvaluator"]
+__all__ = ["EvalResult", "evaluate", "evaluate_run", "paired_ttest", "evaluate_model", "DEFAULT_METRICS",
+           "format_table", "RerankEvaluator", "remove_self_matches"]
 
 DEFAULT_METRICS = ("ndcg@10", "recall@100", "recall@1000", "mrr@10")
 
@@ -44,6 +45,8 @@ class EvalResult:
     aggregate: dict[str, float]
     per_query: dict[str, dict[str, float]] = field(repr=False)
     n_queries: int = 0
+    #: the ranking that was scored (set by :func:`evaluate`)
+    run: Run | None = field(default=None, repr=False)
 
     def to_json(self, path: str | Path | None = None, **extra) -> dict:
         obj = {"metrics": self.aggregate, "n_queries": self.n_queries, **extra,
@@ -52,6 +55,39 @@ class EvalResult:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             Path(path).write_text(json.dumps(obj, indent=1))
         return obj
+
+
+def remove_self_matches(run: Run) -> Run:
+    """Drop documents whose id equals the query id (BEIR's ``ignore_identical_ids``: ArguAna,
+    Quora, whose queries are also documents)."""
+    return {q: {d: s for d, s in docs.items() if d != q} for q, docs in run.items()}
+
+
+def evaluate(retriever, data, k: int = 1000, metrics: Sequence[str] = DEFAULT_METRICS,
+             ignore_identical_ids: bool | None = None, queries: Mapping[str, str] | None = None,
+             show_progress_bar: bool | None = None) -> EvalResult:
+    """Retrieve ``data``'s judged queries (``data.split_queries()``, or ``queries``) with
+    ``retriever`` (any :class:`~hf_dr.retrieval.Retriever`) and score the top-``k`` against
+    ``data.qrels``. Self-matches are removed for datasets that need it (``data.ignore_identical_ids``)
+    unless ``ignore_identical_ids`` says otherwise; one more document is retrieved then, so the
+    ranking still holds ``k``. Given ``queries``, only those are scored. The scored run is ``result.run``."""
+    if ignore_identical_ids is None:
+        ignore_identical_ids = data.ignore_identical_ids
+    queries = data.split_queries() if queries is None else dict(queries)
+    if not queries:
+        raise ValueError(f"no judged queries to evaluate in split {getattr(data, 'split', None)!r} of "
+                         f"{getattr(data, 'name', 'the data')}")
+    if len(retriever.doc_ids) != len(data.corpus):
+        raise ValueError(f"the retriever searches {len(retriever.doc_ids)} documents, {data.name} has "
+                         f"{len(data.corpus)}: it was built on another corpus")
+    run = retriever.search(queries, k + int(bool(ignore_identical_ids)), show_progress_bar=show_progress_bar)
+    if ignore_identical_ids:
+        run = remove_self_matches(run)
+    run = top_k_run(run, k)
+    qrels = data.qrels if set(queries) >= set(data.qrels) else {q: data.qrels[q] for q in queries if q in data.qrels}
+    result = evaluate_run(qrels, run, metrics)
+    result.run = run
+    return result
 
 
 def evaluate_run(qrels: Mapping[str, Mapping[str, int]], run: Run, metrics: Sequence[str] = DEFAULT_METRICS,
@@ -123,24 +159,14 @@ def format_table(rows: Mapping[str, Mapping[str, float]], metrics: Sequence[str]
 def evaluate_model(encoder, data, *, top_k: int = 1000, metrics: Sequence[str] = DEFAULT_METRICS,
                    batch_size: int = 32, ignore_identical_ids: bool | None = None,
                    show_progress_bar: bool | None = True, index_kwargs: Mapping | None = None):
-    """Encode ``data``'s corpus with ``encoder``, retrieve its judged queries, evaluate.
+    """Encode ``data``'s corpus with ``encoder`` (dense or sparse by ``output_is_sparse``) and
+    :func:`evaluate` it. Returns ``(EvalResult, run)``."""
+    from .retrieval import EncoderRetriever
 
-    Dense or sparse retrieval is chosen by ``encoder.output_is_sparse``. Self-matches are
-    removed for datasets that need it unless ``ignore_identical_ids`` says otherwise.
-    Returns ``(EvalResult, run)``.
-    """
-    from .retrieval.search import build_index, search
-
-    if ignore_identical_ids is None:
-        ignore_identical_ids = data.ignore_identical_ids
-    queries = data.split_queries()
-    index = build_index(encoder, data.doc_ids(), data.doc_texts(), batch_size=batch_size,
-                        show_progress_bar=show_progress_bar, **(index_kwargs or {}))
-    # retrieve one more so that removing a self-match still leaves top_k documents
-    run = search(encoder, index, queries, top_k=top_k + int(ignore_identical_ids), batch_size=batch_size)
-    if ignore_identical_ids:
-        run = top_k_run(remove_self_matches(run), top_k)
-    return evaluate_run(data.qrels, run, metrics, ignore_identical_ids=False), run
+    retriever = EncoderRetriever.from_data(encoder, data, batch_size=batch_size, show_progress_bar=show_progress_bar,
+                                           **(index_kwargs or {}))
+    result = evaluate(retriever, data, k=top_k, metrics=metrics, ignore_identical_ids=ignore_identical_ids)
+    return result, result.run
 
 
 class RerankEvaluator:

@@ -54,21 +54,43 @@ def test_dense_index_exact_and_approximate():
         DenseIndex(D, ids, index_type="lsh")
 
 
-def test_sparse_index_equals_dense_product_in_chunks():
-    rng = np.random.default_rng(1)
+@pytest.mark.parametrize("max_entries", [1, 40, 32_000_000])  # one query a group ... all at once
+def test_sparse_index_equals_dense_product_in_groups(max_entries):
     D = sp.random(500, 1000, density=0.01, random_state=1, format="csr", dtype=np.float32)
     Q = sp.random(9, 1000, density=0.02, random_state=2, format="csr", dtype=np.float32)
+    Q = (sp.diags([1.0, 1, 1, 0, 1, 1, 1, 1, 1]) @ Q).tocsr()  # query 3 has no term: an empty ranking
+    Q.eliminate_zeros()
     ids = [str(i) for i in range(500)]
     idx = SparseIndex(D, ids)
-    run = idx.search(Q, [f"q{i}" for i in range(9)], top_k=20, chunk_size=4)
+    run = idx.search(Q, [f"q{i}" for i in range(9)], top_k=20, max_entries=max_entries)
     full = (Q @ D.T).toarray()
+    assert run["q3"] == {}
     for i in range(9):
         nz = np.flatnonzero(full[i] > 0)
-        want = nz[np.argsort(-full[i][nz], kind="stable")][:20]
-        got = [int(d) for d in run[f"q{i}"]]
-        assert np.allclose(sorted(full[i][want]), sorted(full[i][got]))
-        assert np.allclose(list(run[f"q{i}"].values()), full[i][got])
-    del rng
+        want = nz[np.lexsort((nz, -full[i][nz]))][:20]  # score, then corpus order
+        assert [int(d) for d in run[f"q{i}"]] == want.tolist()
+        assert np.allclose(list(run[f"q{i}"].values()), full[i][want])
+    assert (idx.doc_vectors([4, 2]) != D[[4, 2]]).nnz == 0
+
+
+def test_sparse_index_never_densifies(monkeypatch):
+    """A search over many documents makes nothing dense: toarray / todense are never called."""
+    rng = np.random.default_rng(3)
+    n, nnz_row = 200_000, 6
+    D = sp.csr_matrix((rng.random(n * nnz_row, dtype=np.float32), rng.integers(0, 3000, n * nnz_row),
+                       np.arange(0, n * nnz_row + 1, nnz_row)), shape=(n, 3000))
+    D.sum_duplicates()
+    Q = sp.random(4, 3000, density=0.01, random_state=4, format="csr", dtype=np.float32)
+    idx = SparseIndex(D, [str(i) for i in range(D.shape[0])])
+
+    def boom(*a, **k):
+        raise AssertionError("densified")
+
+    for cls in (sp.csr_matrix, sp.csc_matrix, sp.coo_matrix):
+        monkeypatch.setattr(cls, "toarray", boom)
+        monkeypatch.setattr(cls, "todense", boom)
+    run = idx.search(Q, ["a", "b", "c", "d"], top_k=5)
+    assert all(len(r) == 5 for r in run.values())
 
 
 def test_fusion_methods():

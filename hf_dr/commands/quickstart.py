@@ -32,21 +32,21 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from ..data import load_beir
-    from ..evaluation import format_table, paired_ttest
-    from ..retrieval import write_trec_run
-    from .evaluate import evaluate_retriever
+    from ..evaluation import evaluate, format_table, paired_ttest
+    from ..retrieval import BM25Retriever, HybridRetriever, build_retriever, write_trec_run
 
     model = args.model or default_model_path()
     data = load_beir(args.data, split="test")
     print(f"corpus {data.name}: {len(data.corpus)} documents, {len(data.qrels)} judged queries; model {model}")
-    rows, results, cache = {}, {}, {}
-    for retriever in ("bm25", "dense", "hybrid"):
-        res, run_, _ = evaluate_retriever(data, retriever, None if retriever == "bm25" else model,
-                                          hybrid_second="dense", cache=cache)
-        rows[retriever] = res.aggregate
-        results[retriever] = res
+    bm25 = BM25Retriever.from_data(data)
+    dense = build_retriever("dense", data, model)
+    rows, results = {}, {}
+    for name, retriever in (("bm25", bm25), ("dense", dense), ("hybrid", HybridRetriever([bm25, dense]))):
+        res = evaluate(retriever, data)
+        rows[name] = res.aggregate
+        results[name] = res
         if args.output:
-            write_trec_run(run_, Path(args.output) / f"{retriever}.trec")
+            write_trec_run(res.run, Path(args.output) / f"{name}.trec")
     print(format_table(rows))
     t, p = paired_ttest(results["hybrid"], results["dense"])
     print(f"hybrid vs dense nDCG@10: t = {t:.2f}, p = {p:.3g} (paired t-test)")

@@ -23,7 +23,7 @@ from datasets import Dataset
 logger = logging.getLogger(__name__)
 
 __all__ = ["BeirData", "BeirFormatError", "load_beir", "save_beir", "load_qrels", "save_qrels",
-           "SELF_MATCH_DATASETS"]
+           "SELF_MATCH_DATASETS", "iter_corpus"]
 
 Qrels = dict[str, dict[str, int]]
 
@@ -216,6 +216,29 @@ def load_beir(path_or_id: str | os.PathLike, split: str | None = "test") -> Beir
     if s.count("/") == 1 and not s.startswith((".", "/")):
         return _load_hub(s, split)
     raise BeirFormatError(f"{s}: no such BEIR folder (and not a Hub dataset id of the form owner/name)")
+
+
+def iter_corpus(source: BeirData | str | os.PathLike, batch_size: int = 10_000) -> Iterator[tuple[str, str]]:
+    """``(doc_id, text)`` of a corpus in order, text joined as :meth:`BeirData.doc_texts` does,
+    read lazily: a BEIR folder's ``corpus.jsonl`` line by line (malformed lines raise
+    :class:`BeirFormatError` with file and line), a :class:`BeirData` / Hub id batch by batch."""
+    if not isinstance(source, BeirData):
+        p = Path(source)
+        if p.is_dir():
+            corpus_file = p / "corpus.jsonl"
+            if not corpus_file.is_file():
+                raise BeirFormatError(f"{p} is not a BEIR folder: corpus.jsonl is missing")
+            n = 0
+            for row in _read_jsonl(corpus_file, ("_id", "text"), ("title",)):
+                n += 1
+                yield row["_id"], (row.get("title", "") + " " + row["text"]).strip()
+            if n == 0:
+                raise BeirFormatError(f"{corpus_file}: the corpus is empty")
+            return
+        source = load_beir(source, split=None)
+    for batch in source.corpus.iter(batch_size=batch_size):
+        for d, t, x in zip(batch["_id"], batch["title"], batch["text"]):
+            yield str(d), ((t or "") + " " + (x or "")).strip()
 
 
 def save_beir(data: BeirData, path: str | os.PathLike) -> Path:

@@ -1,11 +1,14 @@
-"""Retrieval: BM25 (bm25s), dense (faiss), sparse (inverted index) and fusion; all return a Run."""
+"""Retrieval: one :class:`Retriever` interface (``search(queries, k) -> Run``) over BM25 (bm25s),
+any encoder of the suite (dense: faiss; sparse: an inverted index) and hybrids (fusion)."""
 
 from .bm25 import BM25Index
 from .dense import DenseIndex
 from .fusion import fuse, normalize_run
-from .run import Run, read_trec_run, remove_self_matches, run_from_scores, top_k_run, write_trec_run
-from .search import build_index, search
+from .retriever import (RETRIEVER_KINDS, BM25Retriever, EncoderRetriever, HybridRetriever, Retriever,
+                        build_retriever)
+from .run import Run, read_trec_run, run_from_scores, top_k_run, write_trec_run
 from .sparse import SparseIndex
 
-__all__ = ["BM25Index", "DenseIndex", "SparseIndex", "fuse", "normalize_run", "Run", "read_trec_run",
-           "write_trec_run", "remove_self_matches", "run_from_scores", "top_k_run", "build_index", "search"]
+__all__ = ["Retriever", "BM25Retriever", "EncoderRetriever", "HybridRetriever", "build_retriever", "RETRIEVER_KINDS",
+           "BM25Index", "DenseIndex", "SparseIndex", "fuse", "normalize_run", "Run", "read_trec_run",
+           "write_trec_run", "run_from_scores", "top_k_run"]

@@ -9,7 +9,7 @@ import numpy as np
 
 Run = dict[str, dict[str, float]]
 
-__all__ = ["Run", "write_trec_run", "read_trec_run", "top_k_run", "run_from_scores", "remove_self_matches"]
+__all__ = ["Run", "write_trec_run", "read_trec_run", "top_k_run", "run_from_scores"]
 
 
 def write_trec_run(run: Run, path: str | os.PathLike, tag: str = "hf-dr", top_k: int | None = None) -> Path:
@@ -50,8 +50,3 @@ def run_from_scores(scores: np.ndarray, indices: np.ndarray, query_ids, doc_ids)
 
 def top_k_run(run: Run, k: int) -> Run:
     return {q: dict(sorted(d.items(), key=lambda x: -x[1])[:k]) for q, d in run.items()}
-
-
-def remove_self_matches(run: Run) -> Run:
-    """Drop documents whose id equals the query id (BEIR's ``ignore_identical_ids``)."""
-    return {q: {d: s for d, s in docs.items() if d != q} for q, docs in run.items()}

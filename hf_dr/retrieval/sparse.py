@@ -1,4 +1,4 @@
-"""Sparse (SPLADE-style) retrieval: exact top-k by sparse matrix products, query chunk by chunk."""
+"""Sparse (SPLADE-style) retrieval: exact top-k over an inverted index, never densified."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from .run import Run, run_from_scores
+from .run import Run
 
 __all__ = ["SparseIndex"]
 
@@ -16,9 +16,13 @@ class SparseIndex:
     """Inverted index over ``[n_docs, |V|]`` CSR document vectors.
 
     The documents are stored transposed in CSR (``|V| x n_docs``), i.e. one posting list
-    per term; a chunk of queries ``Q [c, |V|]`` is scored as ``Q @ D^T`` in one sparse
-    product that touches only the posting lists of the query terms, then the top-k is
-    taken per row with ``argpartition``. Scores are exact.
+    per term. A group of queries ``Q [c, |V|]`` is scored as ``Q @ D^T`` in one sparse
+    product that touches only the posting lists of the query terms; its result stays sparse
+    (only documents sharing a term with a query have an entry), and each query's top-k is
+    taken from its own entries with ``argpartition``. Nothing of size ``n_docs`` is ever
+    made dense, so a multi-million-row CSR is searched in memory proportional to the
+    postings touched: queries are grouped so that a group touches at most ``max_entries``
+    postings. Scores are exact; ties are broken by document order.
     """
 
     def __init__(self, doc_vectors: sp.spmatrix, doc_ids: Sequence[str]):
@@ -29,34 +33,50 @@ class SparseIndex:
             raise ValueError("cannot index an empty corpus")
         self.doc_ids = [str(d) for d in doc_ids]
         self.postings = D.T.tocsr()  # [|V|, n_docs]
+        del D
         self.postings.sort_indices()
-        self.vocab_size = D.shape[1]
+        self.posting_lengths = np.diff(self.postings.indptr)
+        self.vocab_size = self.postings.shape[0]
 
     def __len__(self) -> int:
         return len(self.doc_ids)
 
+    def doc_vectors(self, rows: Sequence[int]) -> sp.csr_matrix:
+        """The stored vectors of the documents at ``rows`` (CSR ``[len(rows), |V|]``)."""
+        return self.postings[:, np.asarray(rows)].T.tocsr()
+
     def search(self, query_vectors: sp.spmatrix, query_ids: Sequence[str], top_k: int = 1000,
-               chunk_size: int | None = None) -> Run:
+               max_entries: int = 32_000_000) -> Run:
         Q = sp.csr_matrix(query_vectors, dtype=np.float32)
         if Q.shape[1] != self.vocab_size:
             raise ValueError(f"query vectors have {Q.shape[1]} dimensions, the index {self.vocab_size}")
         if Q.shape[0] != len(query_ids):
             raise ValueError(f"{len(query_ids)} query ids for {Q.shape[0]} query vectors")
-        n = len(self.doc_ids)
-        k = min(top_k, n)
-        # keep the dense score block around 256 MB whatever the corpus size
-        chunk_size = chunk_size or max(1, min(1024, (64 * 1024 * 1024) // max(n, 1)))
+        k = min(top_k, len(self.doc_ids))
+        # postings each query touches (an upper bound of its result entries)
+        cost = np.add.reduceat(self.posting_lengths[Q.indices], Q.indptr[:-1]) if Q.nnz else np.zeros(Q.shape[0])
+        cost = np.where(np.diff(Q.indptr) > 0, cost, 0)
         run: Run = {}
-        for s in range(0, Q.shape[0], chunk_size):
-            block = (Q[s:s + chunk_size] @ self.postings).toarray()
-            if k < n:
-                idx = np.argpartition(-block, k - 1, axis=1)[:, :k]
-            else:
-                idx = np.tile(np.arange(n), (block.shape[0], 1))
-            top = np.take_along_axis(block, idx, axis=1)
-            order = np.argsort(-top, axis=1, kind="stable")
-            idx = np.take_along_axis(idx, order, axis=1)
-            top = np.take_along_axis(top, order, axis=1)
-            idx = np.where(top > 0, idx, -1)  # documents sharing no term with the query are not hits
-            run.update(run_from_scores(top, idx, query_ids[s:s + chunk_size], self.doc_ids))
+        s = 0
+        while s < Q.shape[0]:
+            e, budget = s + 1, cost[s]
+            while e < Q.shape[0] and budget + cost[e] <= max_entries:
+                budget += cost[e]
+                e += 1
+            scores = (Q[s:e] @ self.postings).tocsr()  # sparse [c, n_docs]
+            scores.sort_indices()
+            for r in range(e - s):
+                lo, hi = scores.indptr[r], scores.indptr[r + 1]
+                docs, vals = scores.indices[lo:hi], scores.data[lo:hi]
+                keep = vals > 0  # documents sharing no (positive) term with the query are not hits
+                docs, vals = docs[keep], vals[keep]
+                if len(vals) > k:  # the k best; at the k-th score, the first documents in corpus order
+                    kth = -np.partition(-vals, k - 1)[k - 1]
+                    above = np.flatnonzero(vals > kth)
+                    ties = np.flatnonzero(vals == kth)[: k - len(above)]
+                    sel = np.concatenate([above, ties])
+                    docs, vals = docs[sel], vals[sel]
+                order = np.lexsort((docs, -vals))
+                run[str(query_ids[s + r])] = {self.doc_ids[d]: float(v) for d, v in zip(docs[order], vals[order])}
+            s = e
         return run

@@ -1,0 +1,57 @@
+"""``hf-dr encode``: encode a corpus once into an embeddings folder (shards + manifest), streaming
+(memory does not grow with the corpus), resumable (run the same command again after a crash:
+finished shards are kept) and parallel (``accelerate launch --num_processes N -m hf_dr.cli encode ...``
+or ``torchrun``: each process encodes its own shards). ``hf-dr evaluate --embeddings``,
+``hf-dr label --embeddings`` and ``EncoderRetriever.from_embeddings`` use the folder."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("encode", help="encode a corpus into an embeddings folder (sharded, resumable)",
+                       description=__doc__)
+    p.add_argument("--data", required=True, help="BEIR folder (corpus.jsonl is streamed) or Hub dataset id")
+    p.add_argument("--model", required=True, help="encoder folder or Hub id")
+    p.add_argument("--output", required=True, help="the embeddings folder")
+    p.add_argument("--kind", choices=("auto", "dense", "sparse"), default="auto",
+                   help="sparse: an MLM checkpoint as SPLADE (auto: the folder's own model)")
+    p.add_argument("--max-length", type=int, default=None, help="max document tokens (default: the model's)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--shard-size", type=int, default=None,
+                   help="documents per shard (default 8192): the unit of resumption and of memory")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: a GPU when there is one; "
+                                                  "under accelerate each process its own)")
+    p.add_argument("--dtype", choices=("auto", "float32", "bf16", "fp16"), default="auto",
+                   help="autocast on GPU (auto: bf16 where supported); CPU always float32")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import os
+
+    from ..cli import CLIError
+    from ..embeddings import encode_to_folder
+    from ..encoding import DEFAULT_CHUNK_SIZE
+    from ..models import load_encoder
+
+    if args.batch_size < 1:
+        raise CLIError(f"--batch-size must be at least 1 (got {args.batch_size})")
+    if args.max_length is not None and args.max_length < 1:
+        raise CLIError(f"--max-length must be at least 1 (got {args.max_length})")
+    model = load_encoder(args.model, kind=args.kind)
+    device = args.device
+    if device is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        import torch
+
+        if torch.cuda.is_available():  # one GPU per process
+            device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    emb = encode_to_folder(model, args.data, args.output, model_name=args.model, batch_size=args.batch_size,
+                           max_length=args.max_length, shard_size=args.shard_size or DEFAULT_CHUNK_SIZE,
+                           device=device, dtype=args.dtype, show_progress_bar=not args.no_progress)
+    if emb is not None:
+        m = emb.manifest
+        kind = "sparse CSR" if m["sparse"] else f"dense float32 x {m['dim']}"
+        print(f"wrote {args.output}: {m['n_docs']} documents, {kind}, {m['n_shards']} shard(s), "
+              f"max length {m['max_length']}")
+    return 0

@@ -1,0 +1,344 @@
+"""Embeddings folders: a corpus encoded once, in shards, resumable, by one or many processes.
+
+``hf-dr encode --data DIR --model M --output EMB`` (:func:`encode_to_folder`) streams the corpus
+through the one encode loop (:func:`hf_dr.encoding.iter_encode`), ``shard_size`` documents at a
+time, and writes::
+
+    EMB/
+      plan.json            what is being encoded: model + its fingerprint, corpus fingerprint,
+                           max length, pooling, dense/sparse, dtype, shard size (written first)
+      doc_ids.jsonl        the documents' ids, one JSON string a line, in corpus order
+      shards/00000.npy     dense: float32 [rows, dim], memory-mappable (np.load(mmap_mode="r"))
+      shards/00000.npz     sparse: CSR [rows, |V|] (scipy.sparse.save_npz, uncompressed)
+      shards/00000.json    the shard's done-marker (written after its data file is complete)
+      manifest.json        plan + shard list + dim: written last, when every shard is done
+
+Memory holds one shard's tokens and outputs whatever the corpus size. Every file is written to
+a temporary name and renamed into place, so a process killed at any moment (``kill -9``) leaves
+complete shards only; the same command started again skips them and the result is identical to
+an uninterrupted run (each shard holds the same documents, encoded in the same batches).
+Under ``accelerate launch --num_processes N`` (or ``torchrun``) process ``r`` encodes the shards
+``s`` with ``s % N == r``; rank 0 writes the manifest once all are done, and the result equals
+the one-process result.
+
+:class:`Embeddings` reads a folder back; :meth:`Embeddings.check` refuses one made by another
+model, max length or corpus with an :class:`EmbeddingsError` instead of a silently wrong index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from .encoding import DEFAULT_CHUNK_SIZE
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Embeddings", "EmbeddingsError", "encode_to_folder", "model_fingerprint", "corpus_fingerprint",
+           "FORMAT_VERSION"]
+
+FORMAT_VERSION = 1
+#: plan keys that must agree for a folder to be resumed, or to be used by a retriever
+_IDENTITY = ("format", "model_fingerprint", "corpus_fingerprint", "n_docs", "max_length", "sparse", "prefix",
+             "pooling", "normalize", "dtype", "shard_size", "batch_size")
+
+
+class EmbeddingsError(ValueError):
+    """An embeddings folder is malformed, incomplete, or was made by another model / corpus."""
+
+
+# ----------------------------------------------------------------------------- fingerprints
+def model_fingerprint(model) -> str:
+    """A hash of a model's class, configuration and every weight: two models with the same
+    fingerprint encode alike. (The tokenizer is covered by its vocabulary size and class.)"""
+    import torch
+
+    h = hashlib.sha256(type(model).__name__.encode())
+    cfg = getattr(model, "config", None)
+    if cfg is not None and hasattr(cfg, "to_dict"):
+        d = {k: v for k, v in cfg.to_dict().items() if k not in ("_name_or_path", "transformers_version")}
+        h.update(json.dumps(d, sort_keys=True, default=str).encode())
+    tok = getattr(model, "tokenizer", None)
+    if tok is not None:
+        h.update(f"{type(tok).__name__}:{len(tok)}".encode())
+    if isinstance(model, torch.nn.Module):
+        for name, t in sorted(model.state_dict().items()):
+            t = t.detach().cpu().contiguous()
+            h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
+            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()[:32]
+
+
+def corpus_fingerprint(pairs) -> tuple[list[str], str]:
+    """``(doc_ids, hash)`` of an iterable of ``(doc_id, text)``: the hash covers every id and text."""
+    h = hashlib.sha256()
+    ids = []
+    for d, t in pairs:
+        ids.append(d)
+        h.update(d.encode("utf-8", "surrogatepass") + b"\0" + t.encode("utf-8", "surrogatepass") + b"\0")
+    return ids, h.hexdigest()[:32]
+
+
+# ----------------------------------------------------------------------------- atomic files
+def _write_atomic(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def _write_json(path: Path, obj) -> None:
+    _write_atomic(path, lambda p: p.write_text(json.dumps(obj, indent=1)))
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        obj = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise EmbeddingsError(f"{path}: not valid JSON ({e.msg}, line {e.lineno}): the folder is damaged; "
+                              "encode again into a new folder") from None
+    if not isinstance(obj, dict):
+        raise EmbeddingsError(f"{path}: expected a JSON object")
+    return obj
+
+
+def _shard_name(i: int) -> str:
+    return f"{i:05d}"
+
+
+# ----------------------------------------------------------------------------- writing
+def _dist() -> tuple[int, int, object]:
+    """(rank, world size, accelerate state or None) — a launcher sets WORLD_SIZE."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from accelerate import PartialState
+
+        state = PartialState()
+        return state.process_index, state.num_processes, state
+    return 0, 1, None
+
+
+def _corpus_pairs(corpus):
+    """A callable giving a fresh ``(doc_id, text)`` iterator over ``corpus`` each call."""
+    from .data.beir import iter_corpus
+
+    if isinstance(corpus, tuple) and len(corpus) == 2:  # (doc_ids, texts)
+        ids, texts = corpus
+        if len(ids) != len(texts):
+            raise ValueError(f"{len(ids)} ids for {len(texts)} texts")
+        return lambda: zip(map(str, ids), texts)
+    return lambda: iter_corpus(corpus)
+
+
+def encode_to_folder(model, corpus, output: str | os.PathLike, *, model_name: str | None = None,
+                     batch_size: int = 32, max_length: int | None = None, shard_size: int = DEFAULT_CHUNK_SIZE,
+                     device=None, dtype="auto", show_progress_bar: bool = True,
+                     rank: int | None = None, world_size: int | None = None) -> Embeddings | None:
+    """Encode ``corpus`` (a BEIR folder, read line by line; a :class:`~hf_dr.data.BeirData`; or
+    ``(doc_ids, texts)``) with ``model`` (any encoder of the suite) into the folder ``output``.
+
+    Resumes a folder begun with the same model, corpus and settings (finished shards are kept);
+    refuses one begun with others. Returns the :class:`Embeddings` when the folder is complete
+    (always with one process; on rank 0 with several), else ``None``.
+    """
+    out = Path(output)
+    if rank is None or world_size is None:
+        rank, world_size, state = _dist()
+    else:
+        state = None
+    if shard_size < 1:
+        raise ValueError(f"shard_size must be at least 1 (got {shard_size})")
+    pairs = _corpus_pairs(corpus)
+    doc_ids, cfp = corpus_fingerprint(pairs())
+    if not doc_ids:
+        raise ValueError("the corpus is empty: nothing to encode")
+    settings = model.encoding_settings(is_query=False, max_length=max_length)
+    import torch
+
+    if dtype == "auto" and torch.cuda.is_available() and (device is None or "cuda" in str(device)):
+        dtype_name = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    else:
+        dtype_name = "float32" if dtype in ("auto", None) else str(dtype).replace("torch.", "")
+    plan = {"format": FORMAT_VERSION, "model": str(model_name or getattr(getattr(model, "config", None),
+                                                                           "_name_or_path", "") or type(model).__name__),
+            "model_class": type(model).__name__, "model_fingerprint": model_fingerprint(model),
+            "corpus_fingerprint": cfp, "n_docs": len(doc_ids), "max_length": settings["max_length"],
+            "sparse": settings["sparse"], "prefix": settings["prefix"], "pooling": settings["pooling"],
+            "normalize": settings["normalize"], "dtype": dtype_name, "shard_size": int(shard_size),
+            "batch_size": int(batch_size)}
+    n_shards = -(-len(doc_ids) // shard_size)
+    (out / "shards").mkdir(parents=True, exist_ok=True)
+    plan_file = out / "plan.json"
+    if plan_file.is_file():
+        old = _read_json(plan_file)
+        diff = [k for k in _IDENTITY if old.get(k) != plan.get(k)]
+        if diff:
+            raise EmbeddingsError(
+                f"{out} holds embeddings begun with other settings ({', '.join(f'{k}: {old.get(k)!r} -> {plan[k]!r}' for k in diff)}); "
+                "encode into another folder, or delete this one first")
+        if (out / "manifest.json").is_file() and rank == 0:
+            logger.info("%s is complete: nothing to encode", out)
+            return Embeddings(out)
+    elif rank == 0 or state is None:
+        _write_json(plan_file, plan)
+    if not (out / "doc_ids.jsonl").is_file() and rank == 0:
+        _write_atomic(out / "doc_ids.jsonl",
+                      lambda p: p.write_text("".join(json.dumps(d) + "\n" for d in doc_ids), encoding="utf-8"))
+    suffix = ".npz" if plan["sparse"] else ".npy"
+
+    def done(i: int) -> bool:
+        return (out / "shards" / f"{_shard_name(i)}.json").is_file() and \
+            (out / "shards" / (_shard_name(i) + suffix)).is_file()
+
+    mine = [i for i in range(n_shards) if i % world_size == rank]
+    todo = [i for i in mine if not done(i)]
+    if len(todo) < len(mine):
+        logger.warning("%s: resuming, %d of %d shard(s) of this process already done", out,
+                       len(mine) - len(todo), len(mine))
+    if todo:
+        todo_set = set(todo)
+        n_todo_docs = sum(min(shard_size, len(doc_ids) - i * shard_size) for i in todo)
+
+        def texts():
+            for j, (_, t) in enumerate(pairs()):
+                if j // shard_size in todo_set:
+                    yield t
+
+        blocks = model._iter_encode_texts(
+            texts(), is_query=False, batch_size=batch_size, max_length=settings["max_length"],
+            show_progress_bar=show_progress_bar, device=device, dtype=dtype, chunk_size=shard_size,
+            total=n_todo_docs)
+        for i, block in zip(todo, blocks):
+            start = i * shard_size
+            rows = block.shape[0]
+            data_file = out / "shards" / (_shard_name(i) + suffix)
+            if plan["sparse"]:
+                _write_atomic(data_file, lambda p, b=block: sp.save_npz(open(p, "wb"), b.tocsr(), compressed=False))
+            else:
+                _write_atomic(data_file, lambda p, b=block: np.save(open(p, "wb"), np.ascontiguousarray(b, np.float32)))
+            _write_json(out / "shards" / f"{_shard_name(i)}.json",
+                        {"shard": i, "start": start, "rows": rows, "first_id": doc_ids[start],
+                         "last_id": doc_ids[start + rows - 1], "dim": int(block.shape[1]),
+                         "nnz": int(block.nnz) if plan["sparse"] else None})
+    if state is not None:
+        state.wait_for_everyone()
+    if rank != 0:
+        return None
+    missing = [i for i in range(n_shards) if not done(i)]
+    if missing:
+        raise EmbeddingsError(f"{out}: {len(missing)} shard(s) not done ({missing[:5]}...): run the command again "
+                              "(finished shards are kept)")
+    shards = [_read_json(out / "shards" / f"{_shard_name(i)}.json") for i in range(n_shards)]
+    manifest = {**plan, "dim": shards[0]["dim"], "n_shards": n_shards,
+                "shards": [{"file": f"shards/{_shard_name(s['shard'])}{suffix}", "start": s["start"], "rows": s["rows"],
+                            **({"nnz": s["nnz"]} if plan["sparse"] else {})} for s in shards],
+                "doc_ids": "doc_ids.jsonl"}
+    _write_json(out / "manifest.json", manifest)
+    return Embeddings(out)
+
+
+# ----------------------------------------------------------------------------- reading
+class Embeddings:
+    """A complete embeddings folder: ``doc_ids``, ``manifest``, the vectors shard by shard
+    (:meth:`iter_shards`) or whole (:meth:`matrix`: dense float32 / CSR)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        mf = self.path / "manifest.json"
+        if not mf.is_file():
+            if (self.path / "plan.json").is_file():
+                raise EmbeddingsError(f"{self.path}: the encoding is not finished (no manifest.json): run the same "
+                                      "`hf-dr encode` command again to complete it")
+            raise EmbeddingsError(f"{self.path} is not an embeddings folder (no manifest.json); make one with "
+                                  "`hf-dr encode --data DIR --model M --output {self.path}`")
+        m = _read_json(mf)
+        need = ("format", "n_docs", "sparse", "dim", "shards", "doc_ids", "model_fingerprint", "max_length")
+        missing = [k for k in need if k not in m]
+        if missing:
+            raise EmbeddingsError(f"{mf}: missing field(s) {missing}")
+        if m["format"] != FORMAT_VERSION:
+            raise EmbeddingsError(f"{mf}: format {m['format']!r}, this hf-dr reads format {FORMAT_VERSION}")
+        self.manifest = m
+        ids_file = self.path / m["doc_ids"]
+        if not ids_file.is_file():
+            raise EmbeddingsError(f"{ids_file} is missing")
+        ids = []
+        with open(ids_file, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                try:
+                    ids.append(str(json.loads(line)))
+                except json.JSONDecodeError:
+                    raise EmbeddingsError(f"{ids_file}:{lineno}: not a JSON string") from None
+        self.doc_ids = ids
+        rows = 0
+        for s in m["shards"]:
+            if s.get("start") != rows:
+                raise EmbeddingsError(f"{mf}: shard {s.get('file')} starts at row {s.get('start')}, expected {rows}")
+            if not (self.path / s["file"]).is_file():
+                raise EmbeddingsError(f"{self.path / s['file']} is missing")
+            rows += int(s["rows"])
+        if not (rows == m["n_docs"] == len(ids)):
+            raise EmbeddingsError(f"{mf}: {m['n_docs']} documents announced, {rows} rows in the shards, "
+                                  f"{len(ids)} ids in {ids_file.name}")
+
+    @property
+    def is_sparse(self) -> bool:
+        return bool(self.manifest["sparse"])
+
+    def __len__(self) -> int:
+        return len(self.doc_ids)
+
+    def _load(self, s: dict):
+        p = self.path / s["file"]
+        try:
+            if self.is_sparse:
+                block = sp.load_npz(p).tocsr()
+            else:
+                block = np.load(p, mmap_mode="r")
+        except (OSError, ValueError) as e:
+            raise EmbeddingsError(f"{p}: unreadable shard ({e})") from None
+        if block.shape != (s["rows"], self.manifest["dim"]):
+            raise EmbeddingsError(f"{p}: shape {block.shape}, the manifest says ({s['rows']}, {self.manifest['dim']})")
+        return block
+
+    def iter_shards(self) -> Iterator[tuple[int, np.ndarray | sp.csr_matrix]]:
+        """``(first row, block)`` for each shard, in order (dense blocks are memory-mapped)."""
+        for s in self.manifest["shards"]:
+            yield s["start"], self._load(s)
+
+    def matrix(self) -> np.ndarray | sp.csr_matrix:
+        """All vectors: float32 ``[n, dim]`` (memory-mapped when there is one shard) or CSR ``[n, |V|]``."""
+        blocks = [b for _, b in self.iter_shards()]
+        if self.is_sparse:
+            return blocks[0] if len(blocks) == 1 else sp.vstack(blocks, format="csr")
+        return blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
+
+    def check(self, model=None, doc_ids: Sequence[str] | None = None, max_length: int | None = None) -> None:
+        """Refuse (:class:`EmbeddingsError`) when ``model`` is not the one that made these embeddings
+        (weights, configuration or max length differ), or ``doc_ids`` are not its documents."""
+        m = self.manifest
+        if model is not None:
+            fp = model_fingerprint(model)
+            if fp != m["model_fingerprint"]:
+                raise EmbeddingsError(
+                    f"{self.path} was encoded by another model ({m.get('model')!r}, {m.get('model_class')}, "
+                    f"fingerprint {m['model_fingerprint']}), not by this {type(model).__name__} (fingerprint {fp}): "
+                    "its vectors would not match the query vectors; encode the corpus with this model")
+            want = model.encoding_settings(is_query=False, max_length=max_length)["max_length"]
+            if want != m["max_length"]:
+                raise EmbeddingsError(f"{self.path} was encoded with max length {m['max_length']}, "
+                                      f"this run asks for {want}")
+        if doc_ids is not None:
+            doc_ids = list(doc_ids)
+            if len(doc_ids) != len(self.doc_ids):
+                raise EmbeddingsError(f"{self.path} holds {len(self.doc_ids)} documents, the corpus has {len(doc_ids)}: "
+                                      "these are embeddings of another corpus")
+            if doc_ids != self.doc_ids:
+                bad = next(i for i, (a, b) in enumerate(zip(doc_ids, self.doc_ids)) if a != b)
+                raise EmbeddingsError(f"{self.path}: document {bad} is {self.doc_ids[bad]!r}, the corpus has "
+                                      f"{doc_ids[bad]!r}: these are embeddings of another corpus (or another order)")
