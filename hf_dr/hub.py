@@ -12,8 +12,10 @@ results from ``hf-dr evaluate`` JSON files). :func:`push_model` uploads that fol
 a ``DatasetDict`` or a folder of parquet files: ``data/<split>.parquet`` + a dataset card.
 
 Model kinds are a small registry (:data:`MODEL_KINDS`): how a folder is recognised, which
-class loads and re-saves it, which card template and paper describe it. BERM is imported
-lazily, so this module works on a tree where ``hf_dr.models.berm`` does not exist yet.
+class publishes it, which card template and paper describe it. What differs per kind lives on
+that class (its ``save_for_hub``, ``card_variables`` and, for repos not loaded through
+``trust_remote_code``, ``usage_snippet``; see :class:`ModelKind`). Classes are imported lazily,
+so this module works on a tree where ``hf_dr.models.berm`` does not exist yet.
 """
 
 from __future__ import annotations
@@ -63,9 +65,18 @@ class ModelKind:
         template: card template file name under ``model_cards/`` (without ``.md``).
         module / class_name: where the loading class lives (imported only when needed).
         title / paper: the method, and its paper (``{"title", "authors", "venue", "url"}``).
-        tags / pipeline_tag: card metadata.
+        tags / pipeline_tag / library_name: card metadata.
         remote_code: the folder loads through ``AutoModel(..., trust_remote_code=True)``.
         similarity: how the usage snippet scores queries against documents.
+        hooks: ``module.Class`` holding the kind's publishing hooks when the loading class is not
+            hf-dr's (the DAM, a plain transformers checkpoint); default: the loading class.
+
+    The hooks class (:meth:`hooks_class`) provides
+    ``save_for_hub(src, out, **options) -> (model, extra card variables)`` (load the saved folder,
+    write the repo files), ``card_variables(model, info) -> dict`` (the variables of the kind's
+    own template, from the config and ``train_info.json`` / ``dam_info.json``; an ordinary method
+    of the model classes) and, optionally, ``usage_snippet(repo_id, **lengths)`` (default: the
+    ``trust_remote_code`` snippet of :func:`usage_snippet`).
     """
 
     name: str
@@ -76,15 +87,18 @@ class ModelKind:
     paper: dict
     tags: list[str] = field(default_factory=list)
     pipeline_tag: str = "feature-extraction"
+    library_name: str = "transformers"
     remote_code: bool = True
     similarity: str = "dot"
+    hooks: str | None = None
 
-    def load_class(self):
+    def hooks_class(self):
+        module, name = self.hooks.rsplit(".", 1) if self.hooks else (self.module, self.class_name)
         try:
-            return getattr(importlib.import_module(self.module), self.class_name)
+            return getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError) as e:
             raise HubError(f"{self.title} support is not available in this installation "
-                           f"({self.module}.{self.class_name} cannot be imported: {e})") from e
+                           f"({module}.{name} cannot be imported: {e})") from e
 
 
 # the method papers (shared/papers/000, 001, 003); ``url`` only where the identifier is certain
@@ -106,11 +120,13 @@ MODEL_KINDS: dict[str, ModelKind] = {
     "ddr_rem": ModelKind("ddr_rem", "ddr_rem", "hf_dr.models.ddr", "DDRModel", "DDR REM", _DDR_PAPER,
                          tags=["ddr", "rem", "dense-retrieval", "peft", "lora", "domain-adaptation"]),
     "ddr_dam": ModelKind("ddr_dam", "ddr_dam", "transformers", "AutoModelForMaskedLM", "DDR DAM", _DDR_PAPER,
-                         tags=["ddr", "dam", "domain-adaptation"], pipeline_tag="fill-mask", remote_code=False),
+                         tags=["ddr", "dam", "domain-adaptation"], pipeline_tag="fill-mask", remote_code=False,
+                         hooks="hf_dr.models.ddr.DAMCheckpoint"),
     "berm": ModelKind("berm", "berm", "hf_dr.models.berm", "BERMEncoder", "BERM", _BERM_PAPER,
                       tags=["berm", "dense-retrieval", "domain-adaptation"]),
     "dense": ModelKind("dense", "dense", "hf_dr.models.dense", "DenseEncoder", "Dense retriever", _SBERT_PAPER,
-                       tags=["dense-retrieval", "sentence-transformers"], remote_code=False),
+                       tags=["dense-retrieval", "sentence-transformers"], library_name="sentence-transformers",
+                       remote_code=False),
 }
 
 
@@ -231,19 +247,10 @@ def _hub_id(s: str | None) -> str | None:
 def usage_snippet(kind: ModelKind, repo_id: str, *, max_query_length: int = 64, max_doc_length: int = 256) -> str:
     """Python that loads the published repo with plain transformers and scores a query against two
     documents (tested: ``tests/test_hub.py`` runs it in a process where hf-dr is not installed)."""
-    if kind.name == "ddr_dam":
-        return (f'from transformers import AutoModelForMaskedLM, AutoTokenizer\n\n'
-                f'dam = AutoModelForMaskedLM.from_pretrained("{repo_id}")\n'
-                f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}")\n'
-                f'batch = tokenizer(["Fever is a [MASK] of infection."], return_tensors="pt")\n'
-                f'print(dam(**batch).logits.shape)\n')
-    if kind.name == "dense":
-        return (f'from sentence_transformers import SentenceTransformer\n\n'
-                f'model = SentenceTransformer("{repo_id}")\n'
-                f'q = model.encode(["what causes fever?"])\n'
-                f'd = model.encode(["Fever is caused by infection.", "The cat sat on the mat."])\n'
-                f'print(model.similarity(q, d))\n')
-    sparse = kind.name == "splade_cai"
+    cls = kind.hooks_class()
+    if hasattr(cls, "usage_snippet"):  # a repo not loaded through trust_remote_code (dense, DAM)
+        return cls.usage_snippet(repo_id, max_query_length=max_query_length, max_doc_length=max_doc_length)
+    sparse = getattr(cls, "output_is_sparse", False)
     score = "q @ d.T" + ("   # sparse [n, |V|] term weights: dot product of the matching terms" if sparse
                          else "   # inner product of the embeddings")
     return f'''import torch
@@ -269,63 +276,6 @@ print(scores)
 
 
 # ---------------------------------------------------------------------------- saving
-def _save_model(kind: ModelKind, src: Path, out: Path, dam: str | None) -> tuple[Any, dict]:
-    """Load ``src`` with its class and re-save it into ``out`` (safetensors, auto_map, code files,
-    tokenizer). Returns the loaded model and extra card variables."""
-    extra: dict = {}
-    if kind.name == "ddr_dam":
-        from transformers import AutoModelForMaskedLM, AutoTokenizer
-
-        model = AutoModelForMaskedLM.from_pretrained(src)
-        model.save_pretrained(out, safe_serialization=True)
-        AutoTokenizer.from_pretrained(src).save_pretrained(out)
-        return model, extra
-    if kind.name == "dense":
-        from .models.dense import DenseEncoder
-
-        model = DenseEncoder.from_pretrained(src)
-        model.save_pretrained(out, safe_serialization=True)
-        _write_sentence_transformers_files(model, out)
-        return model, extra
-    cls = kind.load_class()
-    if kind.name == "ddr_rem":
-        model = cls.from_pretrained(str(src), dam=dam) if dam and Path(dam).is_dir() else cls.from_pretrained(str(src))
-        if dam and not Path(dam).is_dir():
-            # a Hub DAM: the repo holds the REM only and names the DAM; loading pulls it from the Hub
-            model.save_rem(out, dam_name_or_path=dam)
-            extra.update(bundled_dam=False, dam_ref=dam)
-        else:
-            # the DAM travels in dam/ so that AutoModel.from_pretrained(repo) needs no dam=
-            model.save_pretrained(out)
-            extra.update(bundled_dam=True, dam_ref="dam")
-        extra["dam_signature"] = model.config.dam_signature()
-        extra["rem_parameters"] = f"{model.num_rem_parameters():,}"
-        return model, extra
-    model = cls.from_pretrained(str(src))
-    model.save_pretrained(out, safe_serialization=True)
-    if getattr(model, "tokenizer", None) is not None and not (out / "tokenizer_config.json").is_file():
-        model.tokenizer.save_pretrained(out)
-    return model, extra
-
-
-def _write_sentence_transformers_files(model, out: Path) -> None:
-    """modules.json + pooling (+ normalise) configs, so ``SentenceTransformer(repo)`` loads a
-    published DenseEncoder with the same pooling (DenseEncoder reads them back too)."""
-    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
-    if model.normalize:
-        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
-        (out / "2_Normalize").mkdir(exist_ok=True)
-    (out / "modules.json").write_text(json.dumps(modules, indent=1))
-    (out / "1_Pooling").mkdir(exist_ok=True)
-    (out / "1_Pooling" / "config.json").write_text(json.dumps({
-        "word_embedding_dimension": model.config.hidden_size, "pooling_mode_cls_token": model.pooling == "cls",
-        "pooling_mode_mean_tokens": model.pooling == "mean", "pooling_mode_max_tokens": model.pooling == "max",
-        "pooling_mode_mean_sqrt_len_tokens": False}, indent=1))
-    (out / "sentence_bert_config.json").write_text(json.dumps(
-        {"max_seq_length": model.max_doc_length, "do_lower_case": False}, indent=1))
-
-
 def _flat_config(model) -> dict:
     cfg = getattr(model, "config", None)
     if cfg is None or not hasattr(cfg, "to_dict"):
@@ -333,11 +283,10 @@ def _flat_config(model) -> dict:
     return {k: v for k, v in cfg.to_dict().items() if not isinstance(v, dict)}
 
 
-def _base_model(kind: ModelKind, src: Path, model, info: dict) -> str | None:
-    cands = [info.get("base_model"), info.get("model_name_or_path")]
+def _base_model(model, info: dict) -> str | None:
     cfg = getattr(model, "config", None)
-    if kind.name == "ddr_rem":
-        cands.insert(0, getattr(cfg, "dam_name_or_path", None))
+    # a model that names its DAM (DDR REM) is based on that DAM first
+    cands = [getattr(cfg, "dam_name_or_path", None), info.get("base_model"), info.get("model_name_or_path")]
     bcfg = getattr(cfg, "backbone_config", None)
     cands.append(getattr(bcfg, "_name_or_path", None))
     cands.append(getattr(cfg, "_name_or_path", None))
@@ -373,13 +322,13 @@ def prepare_model_folder(model_dir: str | os.PathLike, out_dir: str | os.PathLik
     tpl = _template(template or kind.template, f"{kind.title} models")
     rows = load_metrics(metrics)  # fail before writing anything
     out.mkdir(parents=True, exist_ok=True)
-    model, extra = _save_model(kind, src, out, dam)
+    model, extra = kind.hooks_class().save_for_hub(src, out, dam=dam)
     info = {**_read_json(src / "train_info.json"), **_read_json(src / "dam_info.json")}
     for name in ("train_info.json", "dam_info.json"):
         if (src / name).is_file():
             shutil.copy2(src / name, out / name)
     _render_model_card(kind, model, tpl, out, repo_id=repo_id or f"{PLACEHOLDER_OWNER}/{src.resolve().name}",
-                       rows=rows, base_model=base_model or _base_model(kind, src, model, info),
+                       rows=rows, base_model=base_model or _base_model(model, info),
                        datasets=list(datasets) or sorted({i for i in (_hub_id(r.get("data")) for r in rows) if i}),
                        license=license, language=language, info=info, extra={**extra, **(card_vars or {})})
     return out
@@ -390,12 +339,13 @@ def _render_model_card(kind: ModelKind, model, template: Path, out: Path, *, rep
                        info: dict, extra: dict) -> None:
     cfg = _flat_config(model)
     data = dict(
-        language=language, license=license, library_name="transformers" if kind.name != "dense"
-        else "sentence-transformers", pipeline_tag=kind.pipeline_tag, base_model=base_model,
+        language=language, license=license, library_name=kind.library_name,
+        pipeline_tag=kind.pipeline_tag, base_model=base_model,
         datasets=datasets or None, tags=["hf-dr", *kind.tags], model_name=repo_id.split("/")[-1],
         eval_results=_eval_results(rows) or None)
     # variables every template may use; the kind's own (config fields, training info) come first so
     # that the generic names below always mean the same thing
+    kind_vars = kind.hooks_class().card_variables(model, info)  # the names the kind's own template uses
     variables = {**cfg, **info}
     variables.update(
         repo_id=repo_id, model_id=repo_id, kind=kind.name, method=kind.title, paper=kind.paper,
@@ -406,7 +356,7 @@ def _render_model_card(kind: ModelKind, model, template: Path, out: Path, *, rep
         "(`hf-dr push --metrics metrics.json`).",
         usage=usage_snippet(kind, repo_id, max_query_length=int(cfg.get("max_query_length") or 64),
                             max_doc_length=int(cfg.get("max_doc_length") or 256)),
-        model_class=kind.class_name, similarity=_similarity_words(cfg), **_kind_vars(kind, model, info), **extra)
+        model_class=kind.class_name, similarity=_similarity_words(cfg), **kind_vars, **extra)
     card = render_card(template, data, **variables)
     if "usage" not in template.read_text():
         # a template without the snippet (e.g. written for the training script): the published card
@@ -425,43 +375,6 @@ def _citation(paper: dict) -> str:
 
 def _similarity_words(cfg: dict) -> str:
     return "cosine" if cfg.get("similarity") == "cos" else "inner product"
-
-
-def _kind_vars(kind: ModelKind, model, info: dict) -> dict:
-    """The variables the kind's own template names (model_cards/ddr_rem.md, ddr_dam.md, berm.md —
-    the training examples fill the same ones), from the config and the saved training info."""
-    if kind.name == "ddr_rem":
-        c = model.config
-        return dict(rem_type=c.rem_type, lora_rank=c.lora_rank,
-                    lora_targets=", ".join(c.lora_target_modules) if c.use_lora else "none",
-                    pa_bottleneck=c.pa_dim() if c.use_pa else "none", pa_scaling=c.pa_scaling,
-                    source_dam=info.get("model_name_or_path") or "dam/ (bundled)",
-                    train_data=f"`{info['train_data']}`" if info.get("train_data") else "not recorded",
-                    objective=info.get("objective", "not recorded"), n_rows=info.get("n_rows", "?"),
-                    global_steps=info.get("global_steps", "?"), learning_rate=info.get("learning_rate", "?"),
-                    pooling=c.pooling, max_query_length=c.max_query_length, max_doc_length=c.max_doc_length)
-    if kind.name == "ddr_dam":
-        mlm = info.get("mlm", {})
-        return dict(corpus=info.get("corpus", "?"), role=info.get("role", "target"),
-                    n_documents=info.get("n_documents", "?"), learning_rate=info.get("learning_rate", "?"),
-                    global_steps=info.get("global_steps", "?"), mlm_probability=mlm.get("mlm_probability", "?"),
-                    max_length=mlm.get("max_length", "?"), train_loss=info.get("train_loss"),
-                    heldout_before=info.get("heldout_mlm_loss_before"),
-                    heldout_after=info.get("heldout_mlm_loss_after"))
-    if kind.name == "splade_cai":
-        return dict(vocab_size=f"{model.config.vocab_size:,}")
-    if kind.name == "berm":  # the names model_cards/berm.md uses (examples/train_berm.py fills the same)
-        cfg = getattr(model, "config", None)
-        berm = info.get("berm")
-        return dict(backbone=info.get("model_name_or_path") or getattr(cfg, "backbone_name_or_path", None) or "?",
-                    style=info.get("style", "not recorded"),
-                    berm="not recorded" if berm is None else ("on" if berm else "off"),
-                    alpha=info.get("alpha", "?"), beta=info.get("beta", "?"), delta=info.get("delta", "?"),
-                    reader=info.get("reader") or "not recorded",
-                    train_data=f"`{info['train_data']}`" if info.get("train_data") else "not recorded",
-                    n_rows=info.get("n_rows", "?"), global_steps=info.get("global_steps", "?"),
-                    learning_rate=info.get("learning_rate", "?"))
-    return {}
 
 
 # ---------------------------------------------------------------------------- upload

@@ -68,7 +68,7 @@ def unit_mean_pool(hidden: torch.Tensor, unit_spans: torch.Tensor, unit_mask: to
     Args:
         hidden: ``[B, L, d]`` token states ``Z`` of the passages.
         unit_spans: ``[B, U, 2]`` token span ``[start, end)`` of each unit (end exclusive),
-            already clipped to the truncated sequence (see :mod:`hf_dr.labeling.units`).
+            already clipped to the truncated sequence (see :mod:`hf_dr.data.units`).
         unit_mask: ``[B, U]`` bool, ``False`` for padding units (a passage with fewer than
             ``U`` units) and for units with an empty span.
     Returns ``[B, U, d]``; masked units are zero vectors.

@@ -415,8 +415,8 @@ def test_cast_sessions_and_cdr_concatenation(tmp_path, tiny_encoder):
 def test_query_tower_training_leaves_the_passage_encoder_frozen(tmp_path, tiny_encoder):
     from datasets import Dataset
 
-    from hf_dr.labeling.conversational import QueryTowerEncoder
     from hf_dr.labeling.finetune import train_ranknet
+    from hf_dr.models import QueryTowerEncoder
 
     model = QueryTowerEncoder.from_encoder(tiny_encoder)
     before_p = {k: v.clone() for k, v in model.passage_encoder.state_dict().items()}

@@ -177,55 +177,48 @@ def evaluate_splade_variants(model, data, variants=("splade", "splade+idf", "spl
                              extra_bm25_stemmers: tuple[str | None, ...] = ()) -> dict:
     """nDCG@10 etc. of a SPLADECAI model on ``data`` in the paper's settings: full / BoW
     (SPLADE-Doc) queries, with / without IDF on documents, and BM25 + SPLADE by raw-score sum
-    (Eq. 8-9). Documents are encoded once; IDF weighting is applied to the stored vectors
-    (identical to encoding with ``use_idf``). ``extra_idf_exponents`` adds the ``+idf`` variants
-    again with ``idf ** e`` (e.g. 0.5, the authors' code), named ``"<variant> (idf^e)"``;
+    (Eq. 8-9). Documents are encoded once; IDF weighting is the retrievers' document transform
+    on the stored vectors (identical to encoding with ``use_idf``). ``extra_idf_exponents`` adds the
+    ``+idf`` variants again with ``idf ** e`` (e.g. 0.5, the authors' code), named ``"<variant> (idf^e)"``;
     ``extra_bm25_stemmers`` adds the hybrid variants again with BM25 under another stemmer
     (``None``: no stemming), named ``"<variant> (BM25 stemmer=s)"``.
     Also reports the mean number of non-zeros per query and per document (sparsity check)."""
-    from ..evaluation import evaluate_run
-    from ..retrieval import BM25Index, SparseIndex, fuse, remove_self_matches, top_k_run
+    from ..evaluation import evaluate
+    from ..retrieval import BM25Retriever, EncoderRetriever, HybridRetriever
 
-    queries = data.split_queries()
-    qids = list(queries)
-    k = top_k + int(data.ignore_identical_ids)
-    texts, ids = data.doc_texts(), data.doc_ids()
-    old = (model.config.use_idf, model.config.query_mode)
-    results: dict = {}
-    bm25_runs: dict = {}
+    old = model.config.use_idf
     try:
         model.config.use_idf = False
-        plain = model.encode_corpus(texts, show_progress_bar=True)
-        model.config.use_idf = True
-        exponent = model.config.idf_exponent
-        weighted = plain.multiply(model.idf_weights().cpu().numpy()[None, :]).tocsr()
-        model.config.query_mode = "splade"
-        q_full = model.encode_queries([queries[q] for q in qids])
-        model.config.query_mode = "bow"
-        q_bow = model.encode_queries([queries[q] for q in qids])
-        nnz_doc = float(plain.getnnz(axis=1).mean())  # IDF weighting keeps the non-zeros
-        jobs = [(v, v, weighted) for v in variants]
-        for e in extra_idf_exponents:
-            model.config.idf_exponent = e
-            w_e = plain.multiply(model.idf_weights().cpu().numpy()[None, :]).tocsr()
-            jobs += [(f"{v} (idf^{e:g})", v, w_e) for v in variants if v.endswith("+idf")]
-        model.config.idf_exponent = exponent
-        jobs = [(n, v, w, "english") for n, v, w in jobs]
-        for st in extra_bm25_stemmers:
-            jobs += [(f"{v} (BM25 stemmer={st})", v, weighted, st) for v in variants if v.startswith("hybrid")]
-        for name, v, w_docs, stemmer in jobs:
-            docs = w_docs if v.endswith("+idf") else plain
-            qv = q_bow if v.startswith("splade-doc") else q_full
-            run = SparseIndex(docs, ids).search(qv, qids, top_k=k)
-            if v.startswith("hybrid"):
-                if stemmer not in bm25_runs:
-                    bm25_runs[stemmer] = BM25Index.from_beir(data, stemmer=stemmer).search(queries, top_k=k)
-                run = fuse([bm25_runs[stemmer], run], method="sum", missing="zero")
-            if data.ignore_identical_ids:
-                run = remove_self_matches(run)
-            res = evaluate_run(data.qrels, top_k_run(run, top_k))
-            results[name] = {**{m: round(x, 4) for m, x in res.aggregate.items()},
-                             "nnz_query": float(qv.getnnz(axis=1).mean()), "nnz_doc": nnz_doc}
+        plain = model.encode_corpus(data.doc_texts(), show_progress_bar=True)
     finally:
-        model.config.use_idf, model.config.query_mode = old
+        model.config.use_idf = old
+    nnz_doc = float(plain.getnnz(axis=1).mean())  # IDF weighting keeps the non-zeros
+
+    def idf(exponent: float):
+        saved = model.config.idf_exponent
+        model.config.idf_exponent = exponent
+        w = model.idf_weights().cpu().numpy()[None, :]
+        model.config.idf_exponent = saved
+        return lambda docs: docs.multiply(w).tocsr()
+
+    jobs = [(v, v, model.config.idf_exponent, "english") for v in variants]
+    jobs += [(f"{v} (idf^{e:g})", v, e, "english") for e in extra_idf_exponents for v in variants if v.endswith("+idf")]
+    jobs += [(f"{v} (BM25 stemmer={st})", v, model.config.idf_exponent, st) for st in extra_bm25_stemmers
+             for v in variants if v.startswith("hybrid")]
+    bm25: dict = {}
+    nnz_query: dict = {}
+    results: dict = {}
+    for name, v, exponent, stemmer in jobs:
+        mode = "bow" if v.startswith("splade-doc") else "splade"
+        retriever = EncoderRetriever(model, plain, data.doc_ids(), query_settings={"query_mode": mode},
+                                     doc_transform=idf(exponent) if v.endswith("+idf") else None)
+        if mode not in nnz_query:
+            nnz_query[mode] = float(retriever.encode_queries(list(data.split_queries().values())).getnnz(axis=1).mean())
+        if v.startswith("hybrid"):
+            if stemmer not in bm25:
+                bm25[stemmer] = BM25Retriever.from_data(data, stemmer=stemmer)
+            retriever = HybridRetriever([bm25[stemmer], retriever], method="sum", missing="zero")
+        res = evaluate(retriever, data, k=top_k)
+        results[name] = {**{m: round(x, 4) for m, x in res.aggregate.items()},
+                         "nnz_query": nnz_query[mode], "nnz_doc": nnz_doc}
     return results

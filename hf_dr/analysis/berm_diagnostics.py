@@ -32,7 +32,7 @@ def berm_diagnostics(model, rows, *, batch_size: int = 16, max_query_length: int
     """Table-5 numbers of ``model`` (a :class:`~hf_dr.models.berm.BERMEncoder`, or any model
     whose forward takes ``output_token_states=True``) on ``rows``: a ``datasets.Dataset`` /
     list of dicts with ``query``, ``pos`` and the unit columns of
-    :func:`hf_dr.labeling.units.annotate_units` (annotated here when missing).
+    :func:`hf_dr.data.units.annotate_units` (annotated here when missing).
 
     Returns ``{"variance", "accuracy", "chance_accuracy" (mean 1/n_units), "n_pairs", "n_variance", "n_accuracy",
     "per_pair_variance", "per_pair_correct"}``.
@@ -40,8 +40,8 @@ def berm_diagnostics(model, rows, *, batch_size: int = 16, max_query_length: int
     from tqdm.auto import tqdm
 
     from ..data.collators import UnitCollator
+    from ..data.units import annotate_units
     from ..encoding import resolve_device
-    from ..labeling.units import annotate_units
     from ..losses import matching_representation, unit_mean_pool
 
     if not isinstance(rows, list):

@@ -42,7 +42,7 @@ def run(args) -> int:
     from ..analysis import berm_diagnostics, plot_berm_diagnostics
     from ..cli import CLIError
     from ..data import load_beir, triplets_from_qrels
-    from ..labeling.units import annotate_units
+    from ..data.units import annotate_units
 
     data = load_beir(args.data, split=args.split)
     if args.min_grade < 1:

@@ -66,7 +66,7 @@ class UnitCollator(RetrievalCollator):
 
     Rows also carry ``unit_char_spans`` (list of ``[start, end)`` character spans of the
     positive's sentence units) and ``essential_unit`` (int, ``-100`` = none), as written by
-    :func:`hf_dr.labeling.units.annotate_units`. Extra output keys:
+    :func:`hf_dr.data.units.annotate_units`. Extra output keys:
 
     * ``unit_spans`` ``[B, U, 2]``: token spans ``[s, d)`` in the positive's row of
       ``doc_input_ids`` (clipped by truncation; units truncated away are dropped);
@@ -78,7 +78,7 @@ class UnitCollator(RetrievalCollator):
     label_column: str = "essential_unit"
 
     def __call__(self, rows: Sequence[dict]) -> dict[str, torch.Tensor]:
-        from ..labeling.units import NO_LABEL, unit_token_spans
+        from .units import NO_LABEL, unit_token_spans
 
         batch = super().__call__(rows)
         group = batch["doc_input_ids"].shape[0] // len(rows)
@@ -90,7 +90,7 @@ class UnitCollator(RetrievalCollator):
         for i, r in enumerate(rows):
             if self.spans_column not in r:
                 raise KeyError(f"training row {i} has no {self.spans_column!r} column: annotate the data with "
-                               "hf_dr.labeling.units.annotate_units (or dataset_builders/berm_units.py)")
+                               "hf_dr.data.units.annotate_units (or dataset_builders/berm_units.py)")
             mask_row = batch["doc_attention_mask"][i * group]
             shift = int(mask_row.argmax()) if self.tokenizer.padding_side == "left" else 0
             s, kept = unit_token_spans(enc["offset_mapping"][i], r[self.spans_column] or [])

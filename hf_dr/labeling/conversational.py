@@ -5,27 +5,23 @@ ordinary labelling pipeline on the rewritten queries (BM25 -> rerank -> top-k po
 SimANS negatives) -> CDR triplets whose query is the raw session, written
 ``"hisQ1|hisQ2|...|curQ"`` (papers/002 §5.2, following CQE, Lin et al. 2021), with the pseudo
 positive / negative texts of the rewritten query. A CDR model's *query* encoder is then
-trained on them with the passage encoder frozen (:class:`QueryTowerEncoder`), as ConvDR / CQE do.
+trained on them with the passage encoder frozen
+(:class:`hf_dr.models.query_tower.QueryTowerEncoder`), as ConvDR / CQE do.
 
 TREC CAsT topics (2019 / 2020 json) are read by :func:`load_cast_sessions`.
 """
 
 from __future__ import annotations
 
-import copy
 import csv
 import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import torch
 from datasets import Dataset
-from torch import nn
 
-from ..encoding import EncoderMixin
-
-__all__ = ["cdr_query", "load_cast_sessions", "build_cdr_triplets", "QueryTowerEncoder"]
+__all__ = ["cdr_query", "load_cast_sessions", "build_cdr_triplets"]
 
 
 def cdr_query(history: Sequence[str], current: str, sep: str = "|") -> str:
@@ -75,61 +71,3 @@ def build_cdr_triplets(triplets: Dataset, sessions: Mapping[str, Mapping], sep: 
         return {"rewritten_query": row["query"], "query": cdr_query(s["history"], s["current"], sep)}
 
     return triplets.map(fn)
-
-
-class QueryTowerEncoder(nn.Module, EncoderMixin):
-    """Two towers: a trainable query encoder and a frozen passage encoder (a copy of the
-    starting model), for training a CDR query encoder on an index that stays valid
-    (papers/002 §6.2, following ConvDR / CQE). ``forward(..., is_query)`` routes to the tower.
-
-    ``QueryTowerEncoder.from_encoder(encoder)`` wraps any encoder of the suite. Saving writes
-    the query tower to the folder (loadable as the original class) and the passage tower to
-    ``passage_encoder/``.
-    """
-
-    def __init__(self, query_encoder: nn.Module, passage_encoder: nn.Module):
-        super().__init__()
-        self.query_encoder = query_encoder
-        self.passage_encoder = passage_encoder.eval().requires_grad_(False)
-        self.tokenizer = query_encoder.tokenizer
-        self.config = getattr(query_encoder, "config", None)
-
-    @classmethod
-    def from_encoder(cls, encoder: nn.Module) -> QueryTowerEncoder:
-        return cls(encoder, copy.deepcopy(encoder))
-
-    @property
-    def normalize(self):
-        return getattr(self.query_encoder, "normalize", None)
-
-    @property
-    def max_query_length(self):
-        return getattr(self.query_encoder, "max_query_length", None)
-
-    @property
-    def max_doc_length(self):
-        return getattr(self.passage_encoder, "max_doc_length", None)
-
-    def train(self, mode: bool = True):
-        super().train(mode)
-        self.passage_encoder.eval()  # frozen: no dropout either
-        return self
-
-    def forward(self, input_ids, attention_mask, is_query: bool = False, **kwargs):
-        if is_query:
-            return self.query_encoder(input_ids=input_ids, attention_mask=attention_mask, is_query=True, **kwargs)
-        with torch.no_grad():
-            return self.passage_encoder(input_ids=input_ids, attention_mask=attention_mask, is_query=False, **kwargs)
-
-    def save_pretrained(self, save_directory, **kwargs) -> None:
-        self.query_encoder.save_pretrained(save_directory, **kwargs)
-        self.passage_encoder.save_pretrained(Path(save_directory) / "passage_encoder", **kwargs)
-
-    def load_weights(self, directory) -> None:
-        """Reload the query tower saved by :meth:`save_pretrained` (Trainer resume / best model)."""
-        if hasattr(self.query_encoder, "load_weights"):
-            self.query_encoder.load_weights(directory)
-        else:
-            from safetensors.torch import load_file
-
-            self.query_encoder.load_state_dict(load_file(str(Path(directory) / "model.safetensors")))

@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-__all__ = ["load_encoder", "DenseEncoder"]
+__all__ = ["load_encoder", "DenseEncoder", "QueryTowerEncoder"]
 
 
 def __getattr__(name):
@@ -14,6 +14,10 @@ def __getattr__(name):
         from .dense import DenseEncoder
 
         return DenseEncoder
+    if name == "QueryTowerEncoder":
+        from .query_tower import QueryTowerEncoder
+
+        return QueryTowerEncoder
     raise AttributeError(name)
 
 

@@ -133,3 +133,45 @@ class DenseEncoder(nn.Module, EncoderMixin):
         (save_directory / _CONFIG_NAME).write_text(json.dumps(
             {"pooling": self.pooling, "normalize": self.normalize, "max_length": self.max_doc_length,
              "max_query_length": self.max_query_length}, indent=1))
+
+    def save_sentence_transformers_config(self, save_directory: str | os.PathLike) -> None:
+        """``modules.json`` + pooling (+ normalise) configs, so ``SentenceTransformer(folder)`` loads
+        the folder written by :meth:`save_pretrained` with the same pooling (read back here too)."""
+        out = Path(save_directory)
+        modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                   {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+        if self.normalize:
+            modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
+                            "type": "sentence_transformers.models.Normalize"})
+            (out / "2_Normalize").mkdir(exist_ok=True)
+        (out / "modules.json").write_text(json.dumps(modules, indent=1))
+        (out / "1_Pooling").mkdir(exist_ok=True)
+        (out / "1_Pooling" / "config.json").write_text(json.dumps({
+            "word_embedding_dimension": self.config.hidden_size, "pooling_mode_cls_token": self.pooling == "cls",
+            "pooling_mode_mean_tokens": self.pooling == "mean", "pooling_mode_max_tokens": self.pooling == "max",
+            "pooling_mode_mean_sqrt_len_tokens": False}, indent=1))
+        (out / "sentence_bert_config.json").write_text(json.dumps(
+            {"max_seq_length": self.max_doc_length, "do_lower_case": False}, indent=1))
+
+    # ------------------------------------------------------------------ Hub repo (``hf-dr push``)
+    @classmethod
+    def save_for_hub(cls, src, out, **options):
+        """Load the saved folder ``src`` and write the files of its Hub repo to ``out``: a
+        sentence-transformers folder (no remote code). Returns ``(model, {})``."""
+        model = cls.from_pretrained(src)
+        model.save_pretrained(out, safe_serialization=True)
+        model.save_sentence_transformers_config(out)
+        return model, {}
+
+    def card_variables(self, info: dict) -> dict:
+        """``model_cards/dense.md`` needs only the variables every card gets."""
+        return {}
+
+    @staticmethod
+    def usage_snippet(repo_id: str, **lengths) -> str:
+        """Python that loads the published repo with sentence-transformers."""
+        return (f'from sentence_transformers import SentenceTransformer\n\n'
+                f'model = SentenceTransformer("{repo_id}")\n'
+                f'q = model.encode(["what causes fever?"])\n'
+                f'd = model.encode(["Fever is caused by infection.", "The cat sat on the mat."])\n'
+                f'print(model.similarity(q, d))\n')

@@ -24,7 +24,7 @@ class RankNetObjective:
     unnormalised encoders (the paper's setting, ``scale=1``), a cosine for encoders that
     L2-normalise, where a ``scale`` > 1 (an inverse temperature) keeps the sigmoid off its flat
     middle part. With ``freeze_documents`` the document embeddings carry no gradient (use a
-    two-tower model with a frozen passage tower, see :class:`hf_dr.labeling.conversational.QueryTowerEncoder`).
+    two-tower model with a frozen passage tower, see :class:`hf_dr.models.query_tower.QueryTowerEncoder`).
     """
 
     scale: float = 1.0

@@ -210,12 +210,68 @@ class SearchEngine:
         return self.model(("ddr", self.cfg.ddr_rem, path),
                           lambda: DDRModel.from_pretrained(self.cfg.ddr_rem, **({"dam": path} if path else {})).merge())
 
+    # -- retrievers: one per (corpus, retriever, model), each behind the one Retriever interface ---
+    def retriever(self, ckey: str, data, retriever: str, dam: str | None, use_idf: bool, progress):
+        """The :class:`~hf_dr.retrieval.Retriever` of a choice, built (corpus encoded) once."""
+        from hf_dr.retrieval import BM25Retriever, EncoderRetriever, HybridRetriever
+
+        def encoded(model, mkey):
+            progress(0.1, desc="Loading the model")
+            m = model()
+            progress(0.2, desc=f"Encoding {len(data.corpus)} documents (once per corpus and model)")
+            return self.index((ckey, *mkey), lambda: EncoderRetriever.from_data(m, data, batch_size=self.cfg.batch_size))
+
+        if retriever == "BM25":
+            return self.index((ckey, "bm25"), lambda: BM25Retriever.from_data(data))
+        if retriever == "Dense":
+            return encoded(self.dense_model, ("dense", self.cfg.dense_model))
+        if retriever == "Hybrid (BM25 + dense)":
+            parts = [self.retriever(ckey, data, "BM25", None, use_idf, progress),
+                     self.retriever(ckey, data, "Dense", None, use_idf, progress)]
+            return HybridRetriever(parts, method="zscore", depth=100)
+        if retriever == "DDR":
+            if not self.cfg.ddr_rem:
+                raise UserError("DDR is not configured: set HF_DR_DDR_REM")
+            return encoded(lambda: self.ddr_model(dam), ("ddr", self.cfg.ddr_rem, dam or SOURCE_DAM))
+        if retriever == "BERM":
+            ok, note = berm_status()
+            if not ok or not self.cfg.berm_model:
+                raise UserError(note or "BERM is not configured: set HF_DR_BERM_MODEL")
+            return encoded(self.berm_model, ("berm", self.cfg.berm_model))
+        if not self.cfg.splade_model:
+            raise UserError("SPLADE-CAI is not configured: set HF_DR_SPLADE_MODEL")
+        return self._splade(ckey, data, use_idf, progress)
+
+    def _splade(self, ckey, data, use_idf, progress):
+        """SPLADE documents are encoded once; IDF (Eq. 6, fitted on *this* corpus as CAI does) is
+        the retriever's transform of the stored vectors (Eq. 7), so switching IDF on and off costs nothing."""
+        from hf_dr.retrieval import EncoderRetriever
+
+        progress(0.1, desc="Loading the SPLADE model")
+        m = self.splade_model()
+        mkey = ("splade", self.cfg.splade_model)
+
+        def encode_docs():
+            texts = data.doc_texts()
+            old = m.config.use_idf
+            m.config.use_idf = False
+            try:
+                plain = m.encode_corpus(texts, batch_size=self.cfg.batch_size, show_progress_bar=True)
+            finally:
+                m.config.use_idf = old
+            m.fit_idf(texts, enable=old)  # Eq. 6 on the corpus being searched
+            weights = m.idf_weights().cpu().numpy()[None, :]  # idf ** idf_exponent (Eq. 7)
+            return {idf: EncoderRetriever(m, plain, data.doc_ids(), batch_size=self.cfg.batch_size,
+                                          doc_transform=(lambda d: d.multiply(weights).tocsr()) if idf else None)
+                    for idf in (False, True)}
+
+        progress(0.2, desc=f"Encoding {len(data.corpus)} documents (once per corpus and model)")
+        return self.index((ckey, *mkey), encode_docs)[bool(use_idf)]
+
     # -- search ---------------------------------------------------------------------------
     def search(self, corpus_path: str, retriever: str, query: str, dam: str | None = None, use_idf: bool = True,
                top_k: int = 10, progress=None) -> list[dict]:
         """Ranked hits ``[{doc_id, score, title, text, why, why_html}]`` for one query."""
-        from hf_dr.retrieval import BM25Index, build_index, fuse, search
-
         query = (query or "").strip()
         if not query:
             raise UserError("Type a query first.")
@@ -227,47 +283,18 @@ class SearchEngine:
         with self._lock:
             progress(0.0, desc="Loading the corpus")
             ckey, data = self.corpus(corpus_path)
-            ids, texts = data.doc_ids(), data.doc_texts()
-            q = {"q": query}
-
-            def bm25_run(k):
-                index = self.index((ckey, "bm25"), lambda: BM25Index(ids, texts))
-                return index.search(q, top_k=k)["q"]
-
-            def dense_run(model, mkey, k):
-                progress(0.1, desc="Loading the model")
-                m = model()
-                progress(0.2, desc=f"Encoding {len(ids)} documents (once per corpus and model)")
-                index = self.index((ckey, *mkey), lambda: build_index(m, ids, texts, batch_size=self.cfg.batch_size))
-                return m, search(m, index, q, top_k=k)["q"]
-
+            r = self.retriever(ckey, data, retriever, dam, use_idf, progress)
+            run = r.search({"q": query}, top_k)["q"]
+            ids = r.doc_ids
+            pos = {d: i for i, d in enumerate(ids)}
             why: dict[str, tuple[str, str]] = {}
-            if retriever == "BM25":
-                run = bm25_run(top_k)
-            elif retriever == "Dense":
-                _, run = dense_run(self.dense_model, ("dense", self.cfg.dense_model), top_k)
-            elif retriever == "Hybrid (BM25 + dense)":
-                depth = max(100, top_k)
-                _, dr = dense_run(self.dense_model, ("dense", self.cfg.dense_model), depth)
-                run = fuse([{"q": bm25_run(depth)}, {"q": dr}], method="zscore", top_k=top_k)["q"]
-            elif retriever == "DDR":
-                if not self.cfg.ddr_rem:
-                    raise UserError("DDR is not configured: set HF_DR_DDR_REM")
-                _, run = dense_run(lambda: self.ddr_model(dam), ("ddr", self.cfg.ddr_rem, dam or SOURCE_DAM), top_k)
-            elif retriever == "BERM":
-                ok, note = berm_status()
-                if not ok or not self.cfg.berm_model:
-                    raise UserError(note or "BERM is not configured: set HF_DR_BERM_MODEL")
-                m, run = dense_run(self.berm_model, ("berm", self.cfg.berm_model), top_k)
-                pos = {d: i for i, d in enumerate(ids)}
-                why = {d: _essential_unit(m, query, texts[pos[d]]) for d in run}
-            else:  # SPLADE-CAI
-                if not self.cfg.splade_model:
-                    raise UserError("SPLADE-CAI is not configured: set HF_DR_SPLADE_MODEL")
-                run, why = self._splade(ckey, ids, texts, query, use_idf, top_k, progress)
+            if retriever == "BERM":
+                texts = data.doc_texts()
+                why = {d: _essential_unit(r.encoder, query, texts[pos[d]]) for d in run}
+            elif retriever == "SPLADE-CAI":
+                why = _matched_terms(r, query, [pos[d] for d in run], list(run))
             progress(1.0, desc="Done")
         ranked = sorted(run.items(), key=lambda x: (-x[1], x[0]))[:top_k]
-        pos = {d: i for i, d in enumerate(ids)}
         hits = []
         for d, s in ranked:
             row = data.corpus[pos[d]]
@@ -276,47 +303,25 @@ class SearchEngine:
                          "why": w_text, "why_html": w_html})
         return hits
 
-    def _splade(self, ckey, ids, texts, query, use_idf, top_k, progress):
-        """SPLADE documents are encoded once; IDF (Eq. 6, fitted on *this* corpus as CAI does) is
-        applied to the stored vectors (Eq. 7), so switching IDF on and off costs nothing."""
-        from hf_dr.retrieval import SparseIndex
 
-        progress(0.1, desc="Loading the SPLADE model")
-        m = self.splade_model()
-        mkey = ("splade", self.cfg.splade_model)
-
-        def encode_docs():
-            old = m.config.use_idf
-            m.config.use_idf = False
-            try:
-                plain = m.encode_corpus(texts, batch_size=self.cfg.batch_size, show_progress_bar=True)
-            finally:
-                m.config.use_idf = old
-            m.fit_idf(texts, enable=old)  # Eq. 6 on the corpus being searched
-            weights = m.idf_weights().cpu().numpy()  # idf ** idf_exponent (Eq. 7)
-            weighted = plain.multiply(weights[None, :]).tocsr()
-            return {False: (plain, SparseIndex(plain, ids)), True: (weighted, SparseIndex(weighted, ids))}
-
-        progress(0.2, desc=f"Encoding {len(ids)} documents (once per corpus and model)")
-        docs, index = self.index((ckey, *mkey), encode_docs)[bool(use_idf)]
-        qv = m.encode_queries([query])
-        run = index.search(qv, ["q"], top_k=top_k)["q"]
-        pos = {d: i for i, d in enumerate(ids)}
-        tok = m.tokenizer
-        why = {}
-        qrow = qv.getrow(0)
-        qw = dict(zip(qrow.indices.tolist(), qrow.data.tolist()))
-        for d in run:
-            drow = docs.getrow(pos[d])
-            contrib = sorted(((qw[t] * w, t, qw[t], w) for t, w in zip(drow.indices.tolist(), drow.data.tolist())
-                              if t in qw), reverse=True)[:8]
-            names = tok.convert_ids_to_tokens([c[1] for c in contrib])
-            plain_txt = ", ".join(f"{n} {q_:.2f}×{d_:.2f}" for n, (_, _, q_, d_) in zip(names, contrib))
-            chips = "".join(f'<span class="term" title="query {q_:.3f} × document {d_:.3f} = {c:.3f}">'
-                            f'{html.escape(n)} <small>{q_:.2f}×{d_:.2f}</small></span>'
-                            for n, (c, _, q_, d_) in zip(names, contrib))
-            why[d] = (plain_txt, f'<div class="terms">matched terms (query × document weight): {chips}</div>')
-        return run, why
+def _matched_terms(retriever, query: str, rows: list[int], doc_ids: list[str]) -> dict[str, tuple[str, str]]:
+    """SPLADE: each hit's matched terms, query weight x document weight, largest first."""
+    qrow = retriever.encode_queries([query]).getrow(0)
+    qw = dict(zip(qrow.indices.tolist(), qrow.data.tolist()))
+    docs = retriever.index.doc_vectors(rows) if rows else None
+    tok = retriever.encoder.tokenizer
+    why = {}
+    for r, d in enumerate(doc_ids):
+        drow = docs.getrow(r)
+        contrib = sorted(((qw[t] * w, t, qw[t], w) for t, w in zip(drow.indices.tolist(), drow.data.tolist())
+                          if t in qw), reverse=True)[:8]
+        names = tok.convert_ids_to_tokens([c[1] for c in contrib])
+        plain_txt = ", ".join(f"{n} {q_:.2f}×{d_:.2f}" for n, (_, _, q_, d_) in zip(names, contrib))
+        chips = "".join(f'<span class="term" title="query {q_:.3f} × document {d_:.3f} = {c:.3f}">'
+                        f'{html.escape(n)} <small>{q_:.2f}×{d_:.2f}</small></span>'
+                        for n, (c, _, q_, d_) in zip(names, contrib))
+        why[d] = (plain_txt, f'<div class="terms">matched terms (query × document weight): {chips}</div>')
+    return why
 
 
 def _essential_unit(model, query: str, passage: str) -> tuple[str, str]:

@@ -107,6 +107,30 @@ class BERMEncoder(EncoderMixin, PreTrainedModel):
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(save_directory)
 
+    # ------------------------------------------------------------------ Hub repo (``hf-dr push``)
+    @classmethod
+    def save_for_hub(cls, src, out, **options):
+        """Load the saved folder ``src`` and write the files of its Hub repo to ``out``
+        (weights, config with ``auto_map``, this code, tokenizer). Returns ``(model, {})``:
+        no extra card variables."""
+        model = cls.from_pretrained(str(src))
+        model.save_pretrained(out, safe_serialization=True)
+        return model, {}
+
+    def card_variables(self, info: dict) -> dict:
+        """The variables of ``model_cards/berm.md`` beyond the ones every card gets, from the
+        config and ``info`` (the folder's ``train_info.json``, as examples/train_berm.py writes it)."""
+        berm = info.get("berm")
+        return dict(backbone=info.get("model_name_or_path") or getattr(self.config, "backbone_name_or_path", None)
+                    or "?",
+                    style=info.get("style", "not recorded"),
+                    berm="not recorded" if berm is None else ("on" if berm else "off"),
+                    alpha=info.get("alpha", "?"), beta=info.get("beta", "?"), delta=info.get("delta", "?"),
+                    reader=info.get("reader") or "not recorded",
+                    train_data=f"`{info['train_data']}`" if info.get("train_data") else "not recorded",
+                    n_rows=info.get("n_rows", "?"), global_steps=info.get("global_steps", "?"),
+                    learning_rate=info.get("learning_rate", "?"))
+
     # ------------------------------------------------------------------ forward
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, is_query: bool = False,
                 output_token_states: bool = False, **kwargs):
@@ -138,7 +162,7 @@ class BERMEncoder(EncoderMixin, PreTrainedModel):
         Needs hf-dr (its sentence splitter and unit pooling).
         """
         try:
-            from hf_dr.labeling.units import split_units, unit_token_spans
+            from hf_dr.data.units import split_units, unit_token_spans
             from hf_dr.losses import matching_representation, unit_mean_pool
         except ImportError as e:  # a Hub user without hf-dr still has forward / encode
             raise ImportError("score_units needs hf-dr (pip install hf-dr) for sentence units") from e

@@ -3,6 +3,6 @@ Modules (the backbone) under a once-trained Relevance Estimation Module (LoRA + 
 adapters)."""
 
 from .configuration_ddr import DDRConfig
-from .modeling_ddr import DAMMismatchError, DDRModel, ParallelAdapter, load_dam_model
+from .modeling_ddr import DAMCheckpoint, DAMMismatchError, DDRModel, ParallelAdapter, load_dam_model
 
-__all__ = ["DDRConfig", "DDRModel", "DAMMismatchError", "ParallelAdapter", "load_dam_model"]
+__all__ = ["DDRConfig", "DDRModel", "DAMMismatchError", "ParallelAdapter", "load_dam_model", "DAMCheckpoint"]

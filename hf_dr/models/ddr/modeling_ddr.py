@@ -35,7 +35,7 @@ except ImportError:  # standalone (trust_remote_code): inference via forward() o
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DDRModel", "ParallelAdapter", "DAMMismatchError", "load_dam_model"]
+__all__ = ["DDRModel", "ParallelAdapter", "DAMMismatchError", "load_dam_model", "DAMCheckpoint"]
 
 REM_WEIGHTS_NAME = "model.safetensors"
 DAM_SUBFOLDER = "dam"
@@ -426,6 +426,75 @@ class DDRModel(PreTrainedModel, EncoderMixin):
             return self.save_rem(d)
         self.save_dam(d / DAM_SUBFOLDER)
         self.save_rem(d, dam_name_or_path=DAM_SUBFOLDER)
+
+    # ------------------------------------------------------------------ Hub repo (``hf-dr push``)
+    @classmethod
+    def save_for_hub(cls, src, out, dam: str | None = None, **options):
+        """Load the saved REM folder ``src`` and write the files of its Hub repo to ``out``.
+        Returns ``(model, extra card variables)``.
+
+        By default the DAM travels in ``dam/`` so that ``AutoModel.from_pretrained(repo)`` needs
+        no ``dam=``; ``dam`` a folder bundles that DAM instead of the REM's own; ``dam`` a Hub id
+        writes the REM only, naming that DAM (loading pulls it from the Hub)."""
+        local_dam = bool(dam) and Path(dam).is_dir()
+        model = cls.from_pretrained(str(src), dam=dam) if local_dam else cls.from_pretrained(str(src))
+        if dam and not local_dam:
+            model.save_rem(out, dam_name_or_path=dam)
+            extra = dict(bundled_dam=False, dam_ref=dam)
+        else:
+            model.save_pretrained(out)
+            extra = dict(bundled_dam=True, dam_ref=DAM_SUBFOLDER)
+        extra["dam_signature"] = model.config.dam_signature()
+        extra["rem_parameters"] = f"{model.num_rem_parameters():,}"
+        return model, extra
+
+    def card_variables(self, info: dict) -> dict:
+        """The variables of ``model_cards/ddr_rem.md`` beyond the ones every card gets, from the
+        config and ``info`` (the folder's ``train_info.json``, as examples/train_ddr.py writes it)."""
+        c = self.config
+        return dict(rem_type=c.rem_type, lora_rank=c.lora_rank,
+                    lora_targets=", ".join(c.lora_target_modules) if c.use_lora else "none",
+                    pa_bottleneck=c.pa_dim() if c.use_pa else "none", pa_scaling=c.pa_scaling,
+                    source_dam=info.get("model_name_or_path") or "dam/ (bundled)",
+                    train_data=f"`{info['train_data']}`" if info.get("train_data") else "not recorded",
+                    objective=info.get("objective", "not recorded"), n_rows=info.get("n_rows", "?"),
+                    global_steps=info.get("global_steps", "?"), learning_rate=info.get("learning_rate", "?"),
+                    pooling=c.pooling, max_query_length=c.max_query_length, max_doc_length=c.max_doc_length)
+
+
+class DAMCheckpoint:
+    """A DAM published on its own. A DAM is a plain ``*ForMaskedLM`` checkpoint with no class of
+    its own: this class only holds the hooks ``hf-dr push`` publishes it with, the same ones
+    :class:`DDRModel` has (static here, taking the loaded checkpoint)."""
+
+    @staticmethod
+    def save_for_hub(src, out, **options):
+        """Load the DAM folder ``src`` and write it (safetensors + tokenizer) to ``out``; ``(model, {})``."""
+        model = AutoModelForMaskedLM.from_pretrained(src)
+        model.save_pretrained(out, safe_serialization=True)
+        AutoTokenizer.from_pretrained(src).save_pretrained(out)
+        return model, {}
+
+    @staticmethod
+    def card_variables(model, info: dict) -> dict:
+        """The variables of ``model_cards/ddr_dam.md``, from ``info`` (the folder's ``dam_info.json``,
+        as examples/adapt_dam.py writes it)."""
+        mlm = info.get("mlm", {})
+        return dict(corpus=info.get("corpus", "?"), role=info.get("role", "target"),
+                    n_documents=info.get("n_documents", "?"), learning_rate=info.get("learning_rate", "?"),
+                    global_steps=info.get("global_steps", "?"), mlm_probability=mlm.get("mlm_probability", "?"),
+                    max_length=mlm.get("max_length", "?"), train_loss=info.get("train_loss"),
+                    heldout_before=info.get("heldout_mlm_loss_before"),
+                    heldout_after=info.get("heldout_mlm_loss_after"))
+
+    @staticmethod
+    def usage_snippet(repo_id: str, **lengths) -> str:
+        """Python that loads the published DAM with plain transformers."""
+        return (f'from transformers import AutoModelForMaskedLM, AutoTokenizer\n\n'
+                f'dam = AutoModelForMaskedLM.from_pretrained("{repo_id}")\n'
+                f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}")\n'
+                f'batch = tokenizer(["Fever is a [MASK] of infection."], return_tensors="pt")\n'
+                f'print(dam(**batch).logits.shape)\n')
 
 
 def _ffn_output_modules(base_model: nn.Module) -> list[nn.Module]:

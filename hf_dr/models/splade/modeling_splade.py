@@ -148,6 +148,20 @@ class SPLADECAI(EncoderMixin, PreTrainedModel):
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(save_directory)
 
+    # ------------------------------------------------------------------ Hub repo (``hf-dr push``)
+    @classmethod
+    def save_for_hub(cls, src, out, **options):
+        """Load the saved folder ``src`` and write the files of its Hub repo to ``out``
+        (weights, config with ``auto_map``, this code, tokenizer). Returns ``(model, {})``:
+        no extra card variables."""
+        model = cls.from_pretrained(str(src))
+        model.save_pretrained(out, safe_serialization=True)
+        return model, {}
+
+    def card_variables(self, info: dict) -> dict:
+        """The variables of ``model_cards/splade_cai.md`` beyond the ones every card gets."""
+        return dict(vocab_size=f"{self.config.vocab_size:,}")
+
     # -- Eq. 6: IDF on the target corpus, with the model's own tokenizer --------------------
     def fit_idf(self, docs: Sequence[str], tokenizer=None, batch_size: int = 1000,
                 enable: bool = True) -> torch.Tensor:
