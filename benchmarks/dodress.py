@@ -63,12 +63,12 @@ def main():
     import torch
 
     from hf_dr.data import load_beir
-    from hf_dr.evaluation import evaluate_model, evaluate_run
+    from hf_dr.evaluation import evaluate, evaluate_model, evaluate_run
     from hf_dr.labeling.finetune import train_ranknet
     from hf_dr.labeling.pseudo_relevance import PseudoLabelConfig, build_pseudo_labels
     from hf_dr.labeling.rerankers import FusionReranker
     from hf_dr.models.dense import DenseEncoder
-    from hf_dr.retrieval import BM25Index, DenseIndex
+    from hf_dr.retrieval import BM25Index, EncoderRetriever
 
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
@@ -101,8 +101,8 @@ def main():
         emb = np.load(sorted((work / "cache").glob("doc_embeddings-*.npy"))[0])
         qs = test_data.split_queries()
         q_emb = teacher_model.encode_queries(list(qs.values()))
-        zero = evaluate_run(test_data.qrels, DenseIndex(emb, test_data.doc_ids(), use_gpu=False).search(
-            q_emb, list(qs), top_k=1000), METRICS)
+        zero = evaluate(EncoderRetriever(teacher_model, emb, test_data.doc_ids(), use_gpu=False), test_data,
+                        metrics=METRICS)
         bm25_run = bm25.search(qs, top_k=100)
         teacher = FusionReranker(bm25, teacher_model, doc_embeddings=emb, encoder_name=model_name)
         teacher.query_embeddings.update(zip(qs, q_emb))

@@ -56,8 +56,8 @@ class EmbeddingsError(ValueError):
 
 # ----------------------------------------------------------------------------- fingerprints
 def model_fingerprint(model) -> str:
-    """A hash of a model's class, configuration and every weight: two models with the same
-    fingerprint encode alike. (The tokenizer is covered by its vocabulary size and class.)"""
+    """A hash of a model's class, configuration and every weight it encodes with (a model lists
+    unused weights' name prefixes in ``fingerprint_skip``): two models with the same fingerprint encode alike. (The tokenizer is covered by its vocabulary size and class.)"""
     import torch
 
     h = hashlib.sha256(type(model).__name__.encode())
@@ -69,7 +69,12 @@ def model_fingerprint(model) -> str:
     if tok is not None:
         h.update(f"{type(tok).__name__}:{len(tok)}".encode())
     if isinstance(model, torch.nn.Module):
+        # weights the encoder never uses (e.g. a backbone's pooler, randomly initialised on each load
+        # of an MLM checkpoint) must not make two loads of the same checkpoint differ
+        skip = tuple(getattr(model, "fingerprint_skip", ()))
         for name, t in sorted(model.state_dict().items()):
+            if skip and name.startswith(skip):
+                continue
             t = t.detach().cpu().contiguous()
             h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
             h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")

@@ -3,7 +3,8 @@ import pytest
 import scipy.sparse as sp
 
 from hf_dr.data import load_beir
-from hf_dr.retrieval import (BM25Index, DenseIndex, SparseIndex, fuse, read_trec_run, remove_self_matches,
+from hf_dr.evaluation import remove_self_matches
+from hf_dr.retrieval import (BM25Index, DenseIndex, SparseIndex, fuse, read_trec_run,
                              write_trec_run)
 
 from .conftest import DATA, SAMPLE, need

@@ -26,6 +26,8 @@ def register(sub) -> None:
     p.add_argument("--dev-queries", type=int, default=50, help="queries held out for the dev set")
     p.add_argument("--max-queries", type=int, default=None, help="label only the first N queries (quick checks)")
     p.add_argument("--max-length", type=int, default=None, help="max tokens when encoding with the dense model")
+    p.add_argument("--embeddings", default=None,
+                   help="embeddings folder of the corpus by --dense-model (hf-dr encode): no re-encoding")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cache-dir", default=None, help="stage cache (default OUTPUT/cache); share it across runs")
@@ -50,12 +52,15 @@ def run(args) -> int:
         raise CLIError(str(e)) from None
     if not args.dense_model and (args.reranker == "fusion" or args.negatives == "simans"):
         raise CLIError("--dense-model is needed by --reranker fusion and --negatives simans")
+    if args.embeddings and not args.dense_model:
+        raise CLIError("--embeddings are the corpus encoded by --dense-model: give --dense-model too")
     data = load_beir(args.data, split=args.split)
     encoder = load_encoder(args.dense_model) if args.dense_model else None
     command = "hf-dr label " + " ".join(shlex.quote(a) for a in sys.argv[sys.argv.index("label") + 1:]) \
         if "label" in sys.argv else None
     labels = build_pseudo_labels(data, args.output, cfg, reranker=args.reranker, dense_encoder=encoder,
-                                 dense_name=args.dense_model, cache_dir=args.cache_dir, command=command)
+                                 dense_name=args.dense_model, cache_dir=args.cache_dir, command=command,
+                                 doc_embeddings=args.embeddings)
     s = labels.stats
     print(f"{s['triplets']} triplets from {s['train_queries']} queries; dev set: {s['dev_rows']} rows from "
           f"{s['dev_queries']} queries; {s['queries_without_bm25_hits']} queries without BM25 hits")

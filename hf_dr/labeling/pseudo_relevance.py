@@ -173,6 +173,7 @@ def _reranker_name(reranker, dense_name) -> str:
 def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig | None = None, *,
                         reranker: str | Reranker = "fusion", dense_encoder=None, dense_name: str | None = None,
                         bm25=None, queries: Mapping[str, str] | None = None, cache_dir: str | Path | None = None,
+                        doc_embeddings=None,
                         write_card: bool = True, command: str | None = None,
                         show_progress_bar: bool = True) -> PseudoLabels:
     """Run the pipeline on ``data`` (a :class:`hf_dr.data.BeirData`; only its corpus and the
@@ -190,12 +191,14 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
         queries: ``{qid: text}`` to label instead of ``data``'s split queries (e.g. rewritten
             conversational queries, see :mod:`.rewriting`).
         cache_dir: where stages are cached (default ``output_dir/cache``); share it across runs.
+        doc_embeddings: an embeddings folder (``hf-dr encode``) of ``data``'s corpus by ``dense_encoder``,
+            used instead of encoding the corpus (refused when another model or corpus made it).
 
     Queries without any BM25 hit are skipped (counted on the card); a query with fewer than
     ``k`` candidates keeps the ones it has; fewer than ``m`` available negatives keeps what
     there is. Nothing usable at all raises ``ValueError`` — never a silent empty dataset.
     """
-    from ..retrieval import BM25Index, DenseIndex
+    from ..retrieval import BM25Index, BM25Retriever, EncoderRetriever
 
     config = config or PseudoLabelConfig()
     config.validate()
@@ -227,8 +230,8 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
         return state["bm25"]
 
     # 1. BM25 candidates
-    bm25_run = cache.json("bm25", bm25_key, lambda: get_bm25().search({q: queries[q] for q in qids},
-                                                                       top_k=config.bm25_top))
+    bm25_run = cache.json("bm25", bm25_key, lambda: BM25Retriever.from_index(get_bm25()).search(
+        {q: queries[q] for q in qids}, config.bm25_top))
     no_hits = [q for q in qids if not bm25_run.get(q)]
     labelled = [q for q in qids if bm25_run.get(q)]
     if not labelled:
@@ -241,11 +244,21 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
     dense_key = {**corpus_key, "model": dense_name, "max_length": config.dense_max_length}
     emb = {}
 
+    def encode_docs():
+        if doc_embeddings is None:
+            return dense_encoder.encode_corpus(texts, batch_size=config.batch_size, show_progress_bar=show_progress_bar,
+                                               max_length=config.dense_max_length)
+        from ..embeddings import Embeddings
+
+        folder = doc_embeddings if isinstance(doc_embeddings, Embeddings) else Embeddings(doc_embeddings)
+        folder.check(dense_encoder, doc_ids=doc_ids, max_length=config.dense_max_length)
+        if folder.is_sparse:
+            raise ValueError(f"{folder.path} holds sparse vectors: the pipeline's dense retriever needs dense ones")
+        return folder.matrix()
+
     def doc_emb():
         if "docs" not in emb:
-            emb["docs"] = cache.array("doc_embeddings", dense_key, lambda: dense_encoder.encode_corpus(
-                texts, batch_size=config.batch_size, show_progress_bar=show_progress_bar,
-                max_length=config.dense_max_length))
+            emb["docs"] = cache.array("doc_embeddings", dense_key, encode_docs)
         return emb["docs"]
 
     def query_emb() -> dict[str, np.ndarray]:
@@ -280,8 +293,9 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
     if config.negatives == "simans":
         top = config.simans_top_k + config.k
         dense_run = cache.json("dense_run", {**dense_key, **query_key, "top_k": top},
-                               lambda: DenseIndex(doc_emb(), doc_ids, use_gpu=False).search(
-                                   np.stack([query_emb()[q] for q in qids]), qids, top_k=top))
+                               lambda: EncoderRetriever(dense_encoder, doc_emb(), doc_ids, use_gpu=False,
+                                                        batch_size=config.batch_size).search(
+                                   {q: queries[q] for q in qids}, top))
 
     # 5. dev split (the same for every sampler / k / m) and triplets
     split_rng = np.random.default_rng([config.seed, 0])

@@ -84,6 +84,9 @@ class DenseEncoder(nn.Module, EncoderMixin):
     pooling, normalisation and max length 256 from the folder, as sentence-transformers does.
     """
 
+    #: weights the encoding never uses (the backbone's pooler): left out of embeddings fingerprints
+    fingerprint_skip = ("backbone.pooler.",)
+
     def __init__(self, backbone: nn.Module, tokenizer, pooling: str = "mean", normalize: bool = False,
                  max_length: int = 512, max_query_length: int | None = None):
         super().__init__()

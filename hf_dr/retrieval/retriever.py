@@ -72,6 +72,14 @@ class BM25Retriever(Retriever):
         """Index a :class:`hf_dr.data.BeirData` corpus (``title + " " + text``)."""
         return cls(data.doc_ids(), data.doc_texts(), **bm25_kwargs)
 
+    @classmethod
+    def from_index(cls, index) -> BM25Retriever:
+        """Search an existing :class:`~hf_dr.retrieval.BM25Index` (shared with, e.g., a reranker)."""
+        self = cls.__new__(cls)
+        self.index, self.doc_ids = index, index.doc_ids
+        self._kwargs = {"stopwords": index.stopwords}
+        return self
+
     def search(self, queries, k=1000, *, show_progress_bar=None) -> Run:
         return self.index.search(queries, top_k=_check_k(k), show_progress_bar=bool(show_progress_bar))
 
