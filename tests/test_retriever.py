@@ -79,7 +79,7 @@ class Echo(Retriever):
 
     def search(self, queries, k=1000, *, show_progress_bar=None):
         self.asked.append(k)
-        return {q: {q: 10.0, **{d: 1.0 / (i + 2) for i, d in enumerate(self.doc_ids[:k - 1]) if d != q}}
+        return {q: {q: 10.0, **{d: 1.0 / (i + 2) for i, d in enumerate([x for x in self.doc_ids if x != q][:k - 1])}}
                 for q in queries}
 
 
