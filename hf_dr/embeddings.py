@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from .encoding import DEFAULT_CHUNK_SIZE
+from .encoding import DEFAULT_CHUNK_SIZE, concat_blocks
 
 logger = logging.getLogger(__name__)
 
@@ -318,10 +318,7 @@ class Embeddings:
 
     def matrix(self) -> np.ndarray | sp.csr_matrix:
         """All vectors: float32 ``[n, dim]`` (memory-mapped when there is one shard) or CSR ``[n, |V|]``."""
-        blocks = [b for _, b in self.iter_shards()]
-        if self.is_sparse:
-            return blocks[0] if len(blocks) == 1 else sp.vstack(blocks, format="csr")
-        return blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
+        return concat_blocks([b for _, b in self.iter_shards()])
 
     def check(self, model=None, doc_ids: Sequence[str] | None = None, max_length: int | None = None) -> None:
         """Refuse (:class:`EmbeddingsError`) when ``model`` is not the one that made these embeddings

@@ -32,7 +32,8 @@ import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
-__all__ = ["encode", "iter_encode", "EncoderMixin", "doc_to_text", "resolve_device", "embed", "DEFAULT_CHUNK_SIZE"]
+__all__ = ["encode", "iter_encode", "concat_blocks", "EncoderMixin", "doc_to_text", "resolve_device", "embed",
+           "DEFAULT_CHUNK_SIZE"]
 
 #: texts tokenised and encoded at a time (and the rows of one shard of an embeddings folder)
 DEFAULT_CHUNK_SIZE = 8192
