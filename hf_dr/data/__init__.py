@@ -1,9 +1,9 @@
 """Data: BEIR folders <-> ``datasets``, collators, and BERM sentence units (:mod:`.units`)."""
 
-from .beir import (SELF_MATCH_DATASETS, BeirData, BeirFormatError, iter_corpus, load_beir, load_qrels, save_beir,
-                   save_qrels)
+from .beir import (SAMPLE, SELF_MATCH_DATASETS, BeirData, BeirFormatError, iter_corpus, load_beir, load_qrels,
+                   save_beir, save_qrels)
 from .collators import RetrievalCollator, UnitCollator
 from .qrels_triplets import triplets_from_qrels
 
 __all__ = ["BeirData", "BeirFormatError", "load_beir", "save_beir", "load_qrels", "save_qrels",
-           "SELF_MATCH_DATASETS", "iter_corpus", "RetrievalCollator", "UnitCollator", "triplets_from_qrels"]
+           "SELF_MATCH_DATASETS", "SAMPLE", "iter_corpus", "RetrievalCollator", "UnitCollator", "triplets_from_qrels"]

@@ -27,6 +27,9 @@ __all__ = ["BeirData", "BeirFormatError", "load_beir", "save_beir", "load_qrels"
 
 Qrels = dict[str, dict[str, int]]
 
+#: the bundled sample: 500 SciFact abstracts, 50 test claims (CC BY-NC 2.0, see its README)
+SAMPLE = Path(__file__).resolve().parent / "sample" / "scifact-mini"
+
 #: datasets whose queries also appear in the corpus: evaluate with self-matches removed.
 SELF_MATCH_DATASETS = ("arguana", "quora", "cqadupstack")
 

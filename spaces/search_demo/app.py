@@ -49,7 +49,7 @@ TABLE_HEADERS = ["rank", "doc_id", "score", "title", "why"]
 
 # ---------------------------------------------------------------------------- configuration
 def _default_dense() -> str:
-    from hf_dr.commands.quickstart import default_model_path
+    from hf_dr.models import default_model_path
 
     return default_model_path()
 
@@ -60,7 +60,7 @@ def _default_splade() -> str:
 
 
 def _default_corpus() -> str:
-    from hf_dr.commands.quickstart import SAMPLE
+    from hf_dr.data import SAMPLE
 
     return str(SAMPLE)
 
