@@ -186,9 +186,9 @@ def encode_to_folder(model, corpus, output: str | os.PathLike, *, model_name: st
             raise EmbeddingsError(
                 f"{out} holds embeddings begun with other settings ({', '.join(f'{k}: {old.get(k)!r} -> {plan[k]!r}' for k in diff)}); "
                 "encode into another folder, or delete this one first")
-        if (out / "manifest.json").is_file() and rank == 0:
+        if (out / "manifest.json").is_file():  # every process sees it: none waits for another
             logger.info("%s is complete: nothing to encode", out)
-            return Embeddings(out)
+            return Embeddings(out) if rank == 0 else None
     elif rank == 0 or state is None:
         _write_json(plan_file, plan)
     if not (out / "doc_ids.jsonl").is_file() and rank == 0:
@@ -214,10 +214,9 @@ def encode_to_folder(model, corpus, output: str | os.PathLike, *, model_name: st
                 if j // shard_size in todo_set:
                     yield t
 
-        blocks = model._iter_encode_texts(
-            texts(), is_query=False, batch_size=batch_size, max_length=settings["max_length"],
-            show_progress_bar=show_progress_bar, device=device, dtype=dtype, chunk_size=shard_size,
-            total=n_todo_docs)
+        blocks = model.iter_encode_corpus(
+            texts(), batch_size=batch_size, max_length=settings["max_length"], show_progress_bar=show_progress_bar,
+            device=device, dtype=dtype, chunk_size=shard_size, total=n_todo_docs)
         for i, block in zip(todo, blocks):
             start = i * shard_size
             rows = block.shape[0]
@@ -322,7 +321,8 @@ class Embeddings:
 
     def check(self, model=None, doc_ids: Sequence[str] | None = None, max_length: int | None = None) -> None:
         """Refuse (:class:`EmbeddingsError`) when ``model`` is not the one that made these embeddings
-        (weights, configuration or max length differ), or ``doc_ids`` are not its documents."""
+        (weights or configuration differ), ``max_length`` (when given) is not the one they were
+        encoded with, or ``doc_ids`` are not its documents."""
         m = self.manifest
         if model is not None:
             fp = model_fingerprint(model)
@@ -331,6 +331,7 @@ class Embeddings:
                     f"{self.path} was encoded by another model ({m.get('model')!r}, {m.get('model_class')}, "
                     f"fingerprint {m['model_fingerprint']}), not by this {type(model).__name__} (fingerprint {fp}): "
                     "its vectors would not match the query vectors; encode the corpus with this model")
+        if model is not None and max_length is not None:  # not given: the folder's own max length
             want = model.encoding_settings(is_query=False, max_length=max_length)["max_length"]
             if want != m["max_length"]:
                 raise EmbeddingsError(f"{self.path} was encoded with max length {m['max_length']}, "

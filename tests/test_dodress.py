@@ -448,6 +448,20 @@ def test_cli_label(tmp_path, tiny_bert_dir, scifact200, capsys):
     assert "unknown negative sampler 'hard'" in capsys.readouterr().err
     assert main(argv[:4] + ["test"] + argv[5:]) == 2
     assert "test split" in capsys.readouterr().err
+    # the corpus encoded once by hf-dr encode: the same labels without re-encoding it
+    emb = tmp_path / "emb"
+    assert main(["encode", "--data", str(tmp_path / "sf"), "--model", str(tiny_bert_dir), "--output", str(emb),
+                 "--no-progress"]) == 0
+    out2 = tmp_path / "labels2"
+    assert main(argv[:-4] + ["--max-queries", "12", "--embeddings", str(emb), "--output", str(out2)]) == 0
+    assert load_from_disk(str(out2)).to_list() == ds.to_list()
+    # embeddings of another corpus are refused
+    save_beir(scifact200, tmp_path / "sf2")
+    (tmp_path / "sf2" / "corpus.jsonl").write_text("".join(
+        (tmp_path / "sf" / "corpus.jsonl").read_text().splitlines(keepends=True)[:-1]))
+    assert main(["label", "--data", str(tmp_path / "sf2")] + argv[3:-4]
+                + ["--max-queries", "12", "--embeddings", str(emb), "--output", str(tmp_path / "l3")]) == 2
+    assert "these are embeddings of another corpus" in capsys.readouterr().err
 
 
 def test_ranknet_training_works_for_a_ddr_model(tmp_path, tiny_bert_dir, tiny_encoder, scifact200):
