@@ -92,9 +92,10 @@ def run_measured(cmd: list[str], env: dict | None = None, kill_when=None) -> dic
     return {"seconds": round(wall, 2), "peak_rss_mb": round(ru.ru_maxrss / 1024, 1), "killed": killed, "log": out}
 
 
-def hf_dr_encode(data: Path, out: Path, model: Path, max_length: int, batch_size: int, launcher=None) -> list[str]:
+def hf_dr_encode(data: Path, out: Path, model: Path, max_length: int, batch_size: int, launcher=None,
+                 kind: str = "auto") -> list[str]:
     args = ["encode", "--data", str(data), "--model", str(model), "--output", str(out), "--max-length",
-            str(max_length), "--batch-size", str(batch_size), "--no-progress"]
+            str(max_length), "--batch-size", str(batch_size), "--kind", kind, "--no-progress"]
     if launcher:
         return [*launcher, "-m", "hf_dr.cli", *args]
     return [sys.executable, "-m", "hf_dr.cli", *args]
@@ -227,18 +228,22 @@ def main() -> None:
             one_dir = work / "emb-20k" if tag == "dense" and (work / "emb-20k" / "manifest.json").is_file() \
                 else fresh(f"emb-20k-{tag}-1")
             if not (one_dir / "manifest.json").is_file():
-                res[f"one-{tag}"] = run_measured(hf_dr_encode(small, one_dir, model, L, B))
+                res[f"one-{tag}"] = run_measured(hf_dr_encode(small, one_dir, model, L, B, kind=tag))
             two_dir = fresh(f"emb-20k-{tag}-2")
-            res[f"two-{tag}"] = run_measured(hf_dr_encode(small, two_dir, model, L, B, launcher=launcher))
+            res[f"two-{tag}"] = run_measured(hf_dr_encode(small, two_dir, model, L, B, launcher=launcher, kind=tag))
             one, two = load(one_dir), load(two_dir)
             if tag == "sparse":
                 same_structure = bool(np.array_equal(one.indptr, two.indptr) and np.array_equal(one.indices, two.indices))
                 diff = float(abs(one - two).max())
+                nnz = float(np.diff(one.indptr).mean())
             else:
                 same_structure = one.shape == two.shape
                 diff = float(np.abs(one - two).max())
+                nnz = None
             row(f"accelerate launch --cpu --num_processes 2 vs 1 process: {label}, 20k, max_len {L}",
-                {"max_abs_diff": diff, "same_structure": same_structure}, target="dense <= 1e-5, sparse identical structure")
+                {"max_abs_diff": diff, "same_structure": same_structure,
+                 **({"nnz_doc": round(nnz, 1)} if nnz is not None else {})},
+                target="dense <= 1e-5, sparse identical structure")
     (work / "logs.json").write_text(json.dumps({k: v["log"][-4000:] for k, v in res.items()}, indent=1))
 
 

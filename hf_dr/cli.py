@@ -13,6 +13,7 @@ import sys
 COMMANDS = [
     "hf_dr.commands.evaluate",
     "hf_dr.commands.encode",
+    "hf_dr.commands.index",
     "hf_dr.commands.quickstart",
     "hf_dr.commands.push",
     "hf_dr.commands.berm_diagnostics",

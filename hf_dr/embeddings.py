@@ -68,6 +68,11 @@ def model_fingerprint(model) -> str:
     tok = getattr(model, "tokenizer", None)
     if tok is not None:
         h.update(f"{type(tok).__name__}:{len(tok)}".encode())
+        # what the encoder does around the backbone (pooling, normalisation, prefixes), not its max length
+        if hasattr(model, "encoding_settings"):
+            st = {k: v for k, v in model.encoding_settings(is_query=False).items() if k != "max_length"}
+            st["query_prefix"] = model.encoding_settings(is_query=True)["prefix"]
+            h.update(json.dumps(st, sort_keys=True).encode())
     if isinstance(model, torch.nn.Module):
         # weights the encoder never uses (e.g. a backbone's pooler, randomly initialised on each load
         # of an MLM checkpoint) must not make two loads of the same checkpoint differ

@@ -77,8 +77,8 @@ def evaluate(retriever, data, k: int = 1000, metrics: Sequence[str] = DEFAULT_ME
     if not queries:
         raise ValueError(f"no judged queries to evaluate in split {getattr(data, 'split', None)!r} of "
                          f"{getattr(data, 'name', 'the data')}")
-    if len(retriever.doc_ids) != len(data.corpus):
-        raise ValueError(f"the retriever searches {len(retriever.doc_ids)} documents, {data.name} has "
+    if len(retriever) != len(data.corpus):
+        raise ValueError(f"the retriever searches {len(retriever)} documents, {data.name} has "
                          f"{len(data.corpus)}: it was built on another corpus")
     run = retriever.search(queries, k + int(bool(ignore_identical_ids)), show_progress_bar=show_progress_bar)
     if ignore_identical_ids:

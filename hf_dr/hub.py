@@ -71,9 +71,9 @@ class ModelKind:
         hooks: ``module.Class`` holding the kind's publishing hooks when the loading class is not
             hf-dr's (the DAM, a plain transformers checkpoint); default: the loading class.
 
-    The hooks class (:meth:`hooks_class`) provides
+    The hooks class (:meth:`hooks_class`) provides, optionally,
     ``save_for_hub(src, out, **options) -> (model, extra card variables)`` (load the saved folder,
-    write the repo files), ``card_variables(model, info) -> dict`` (the variables of the kind's
+    write the repo files; default: ``from_pretrained(src).save_pretrained(out)``), ``card_variables(model, info) -> dict`` (the variables of the kind's
     own template, from the config and ``train_info.json`` / ``dam_info.json``; an ordinary method
     of the model classes) and, optionally, ``usage_snippet(repo_id, **lengths)`` (default: the
     ``trust_remote_code`` snippet of :func:`usage_snippet`).
@@ -322,7 +322,12 @@ def prepare_model_folder(model_dir: str | os.PathLike, out_dir: str | os.PathLik
     tpl = _template(template or kind.template, f"{kind.title} models")
     rows = load_metrics(metrics)  # fail before writing anything
     out.mkdir(parents=True, exist_ok=True)
-    model, extra = kind.hooks_class().save_for_hub(src, out, dam=dam)
+    hooks = kind.hooks_class()
+    if hasattr(hooks, "save_for_hub"):
+        model, extra = hooks.save_for_hub(src, out, dam=dam)
+    else:  # the common case: load the folder, save weights + config (auto_map) + code + tokenizer
+        model, extra = hooks.from_pretrained(str(src)), {}
+        model.save_pretrained(out, safe_serialization=True)
     info = {**_read_json(src / "train_info.json"), **_read_json(src / "dam_info.json")}
     for name in ("train_info.json", "dam_info.json"):
         if (src / name).is_file():

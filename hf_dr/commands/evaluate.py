@@ -33,7 +33,8 @@ def register(sub) -> None:
     p.add_argument("--bm25-stopwords", default="en", help="'en' or 'none'")
     p.add_argument("--hybrid-second", choices=("dense", "sparse"), default=None,
                    help="the model side of --retriever hybrid (default: sparse for SPLADE models, else dense)")
-    p.add_argument("--fusion", choices=("zscore", "minmax", "sum", "rrf"), default="zscore")
+    p.add_argument("--fusion", choices=("zscore", "minmax", "sum", "rrf", "dbsf"), default=None,
+                   help="hybrid fusion (default zscore; with --backend qdrant: rrf or dbsf, in the engine, default rrf)")
     p.add_argument("--fusion-weights", type=float, nargs=2, default=(1.0, 1.0), metavar=("BM25", "MODEL"))
     d = p.add_argument_group("dense index (docs/retrieval.md: which one when)")
     d.add_argument("--index-type", choices=("flat", "hnsw", "ivfpq"), default="flat",
@@ -45,6 +46,14 @@ def register(sub) -> None:
     d.add_argument("--nprobe", type=int, default=32, help="IVF cells visited per query")
     d.add_argument("--faiss-gpu", choices=("auto", "yes", "no"), default="auto",
                    help="put the dense index on GPU (faiss-gpu: pip install hf-dr[gpu]); auto = when present")
+    p.add_argument("--backend", choices=("inprocess", "qdrant"), default="inprocess",
+                   help="inprocess: faiss / inverted index in this process (default); qdrant: a collection made "
+                        "by hf-dr index (--retriever hybrid there fuses --model and --sparse-model in the engine)")
+    p.add_argument("--sparse-model", help="--backend qdrant --retriever hybrid: the sparse model (--model is the dense one)")
+    p.add_argument("--approximate", action="store_true", help="--backend qdrant: HNSW search instead of exact")
+    from .index import add_qdrant_arguments
+
+    add_qdrant_arguments(p)
     p.add_argument("--max-queries", type=int, default=None, help="evaluate the first N judged queries only")
     p.add_argument("--device", default=None)
     p.set_defaults(func=run)
@@ -66,6 +75,32 @@ def index_options(args) -> dict:
     return opts
 
 
+def qdrant_retriever(args):
+    """A :class:`~hf_dr.retrieval.qdrant.QdrantRetriever` from the arguments."""
+    from ..cli import CLIError
+    from ..models import load_encoder
+    from ..retrieval.qdrant import QdrantRetriever
+    from .index import store_from_args
+
+    if args.retriever == "bm25":
+        raise CLIError("--backend qdrant searches dense, sparse or hybrid vectors, not bm25")
+    if args.embeddings:
+        raise CLIError("--backend qdrant searches the collection: --embeddings goes to `hf-dr index`")
+    if args.retriever == "hybrid" and not args.sparse_model:
+        raise CLIError("--backend qdrant --retriever hybrid needs --sparse-model (and --model, the dense one)")
+    fusion = args.fusion or "rrf"
+    if args.retriever == "hybrid" and fusion not in ("rrf", "dbsf"):
+        raise CLIError(f"Qdrant fuses with rrf or dbsf, not {fusion}")
+    if args.retriever == "sparse":
+        encoders = {"sparse": load_encoder(args.model, kind="sparse")}
+    else:
+        encoders = {"dense": load_encoder(args.model, kind="dense")}
+        if args.retriever == "hybrid":
+            encoders["sparse"] = load_encoder(args.sparse_model, kind="sparse")
+    return QdrantRetriever(store_from_args(args), encoders, mode=args.retriever, exact=not args.approximate,
+                           fusion=fusion, batch_size=args.batch_size)
+
+
 def run(args) -> int:
     from ..cli import CLIError
     from ..data import load_beir
@@ -78,6 +113,8 @@ def run(args) -> int:
         raise CLIError(f"--max-queries must be at least 1 (got {args.max_queries})")
     if args.retriever != "bm25" and not args.model:
         raise CLIError(f"--retriever {args.retriever} needs --model")
+    if args.backend != "qdrant" and (args.url or args.path or args.edge or args.sparse_model):
+        raise CLIError("--url / --path / --edge / --sparse-model go with --backend qdrant")
     if args.embeddings and args.retriever == "bm25":
         raise CLIError("--embeddings goes with a model retriever (dense, sparse, hybrid), not bm25")
     data = load_beir(args.data, split=args.split)
@@ -87,15 +124,18 @@ def run(args) -> int:
     if args.max_queries:
         queries = dict(list(queries.items())[: args.max_queries])
     t0 = time.perf_counter()
-    retriever = build_retriever(
-        args.retriever, data, args.model, embeddings=args.embeddings, batch_size=args.batch_size,
-        max_length=args.max_length, device=args.device, bm25_stemmer=args.bm25_stemmer,
-        bm25_stopwords=args.bm25_stopwords, hybrid_second=args.hybrid_second, fusion=args.fusion,
-        fusion_weights=args.fusion_weights, **index_options(args))
+    if args.backend == "qdrant":
+        retriever = qdrant_retriever(args)
+    else:
+        retriever = build_retriever(
+            args.retriever, data, args.model, embeddings=args.embeddings, batch_size=args.batch_size,
+            max_length=args.max_length, device=args.device, bm25_stemmer=args.bm25_stemmer,
+            bm25_stopwords=args.bm25_stopwords, hybrid_second=args.hybrid_second, fusion=args.fusion or "zscore",
+            fusion_weights=args.fusion_weights, **index_options(args))
     result = evaluate(retriever, data, k=args.top_k, metrics=args.metrics or DEFAULT_METRICS,
                       ignore_identical_ids=args.ignore_identical_ids, queries=queries)
     ignore = data.ignore_identical_ids if args.ignore_identical_ids is None else args.ignore_identical_ids
-    info = {**retriever.info(), "model": args.model, "embeddings": args.embeddings, "data": str(data.name),
+    info = {**retriever.info(), "model": args.model, "sparse_model": args.sparse_model, "embeddings": args.embeddings, "data": str(data.name),
             "split": data.split, "n_queries": len(queries), "n_docs": len(data.corpus),
             "ignore_identical_ids": bool(ignore), "seconds": round(time.perf_counter() - t0, 2)}
     name = args.retriever if not args.model else f"{args.retriever}: {Path(args.model).name}"

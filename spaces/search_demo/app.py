@@ -16,6 +16,11 @@ HF_DR_SPLADE_MODEL     SPLADECAI folder / MLM checkpoint (default: ``../shared/m
 HF_DR_BERM_MODEL       BERMEncoder folder or Hub id (BERM is hidden when unset or not installed)
 HF_DR_DDR_REM          DDR REM folder or Hub id (DDR is hidden when unset)
 HF_DR_DDR_DAMS         a folder with one DAM folder per target domain, or ``name=path,name=path``
+HF_DR_QDRANT_URL       a Qdrant server / cluster holding a collection of the corpus (``hf-dr index``);
+HF_DR_QDRANT_PATH      ... or a qdrant-client local store, or
+HF_DR_QDRANT_EDGE      ... an embedded qdrant-edge shard folder
+HF_DR_QDRANT_COLLECTION  the collection (url / path); its dense vectors are searched with HF_DR_DENSE_MODEL,
+                       its sparse ones with HF_DR_SPLADE_MODEL (both: the engine's RRF hybrid)
 HF_DR_DEVICE           ``auto`` (GPU when there is one), ``cpu``, ``cuda``...
 HF_DR_SPACE_CONFIG     a JSON file with the same keys in lower case (``dense_model``...), read first
 GRADIO_SERVER_PORT     port (Gradio reads it; 7860 by default)
@@ -42,7 +47,7 @@ import gradio as gr  # noqa: E402
 
 logger = logging.getLogger("hf_dr.space")
 
-RETRIEVERS = ("BM25", "Dense", "BERM", "DDR", "SPLADE-CAI", "Hybrid (BM25 + dense)")
+RETRIEVERS = ("BM25", "Dense", "BERM", "DDR", "SPLADE-CAI", "Hybrid (BM25 + dense)", "Qdrant")
 SOURCE_DAM = "source DAM (the REM's own)"
 TABLE_HEADERS = ["rank", "doc_id", "score", "title", "why"]
 
@@ -73,6 +78,10 @@ class SpaceConfig:
     berm_model: str | None = None
     ddr_rem: str | None = None
     ddr_dams: str | None = None
+    qdrant_url: str | None = None
+    qdrant_path: str | None = None
+    qdrant_edge: str | None = None
+    qdrant_collection: str | None = None
     device: str = "auto"
     batch_size: int = 32
     top_k: int = 10
@@ -138,6 +147,8 @@ def available_retrievers(cfg: SpaceConfig) -> tuple[list[str], list[str]]:
     else:
         notes.append("**SPLADE-CAI** hidden: set `HF_DR_SPLADE_MODEL`.")
     ok.append("Hybrid (BM25 + dense)")
+    if cfg.qdrant_url or cfg.qdrant_path or cfg.qdrant_edge:
+        ok.append("Qdrant")
     return ok, notes
 
 
@@ -238,9 +249,30 @@ class SearchEngine:
             if not ok or not self.cfg.berm_model:
                 raise UserError(note or "BERM is not configured: set HF_DR_BERM_MODEL")
             return encoded(self.berm_model, ("berm", self.cfg.berm_model))
+        if retriever == "Qdrant":
+            return self.index(("qdrant",), self._qdrant)
         if not self.cfg.splade_model:
             raise UserError("SPLADE-CAI is not configured: set HF_DR_SPLADE_MODEL")
         return self._splade(ckey, data, use_idf, progress)
+
+    def _qdrant(self):
+        """The configured collection (only that one: visitors cannot point the Space elsewhere)."""
+        from hf_dr.retrieval.qdrant import QdrantRetriever, open_store
+
+        c = self.cfg
+        if not (c.qdrant_url or c.qdrant_path or c.qdrant_edge):
+            raise UserError("Qdrant is not configured: set HF_DR_QDRANT_URL / _PATH / _EDGE and _COLLECTION")
+        store = open_store(c.qdrant_collection, url=c.qdrant_url, path=c.qdrant_path, edge=c.qdrant_edge,
+                           api_key=os.environ.get("QDRANT_API_KEY"))
+        kinds = sorted((store.manifest() or {}).get("vectors", {}))
+        encoders = {}
+        if "dense" in kinds:
+            encoders["dense"] = self.dense_model()
+        if "sparse" in kinds and self.cfg.splade_model:
+            encoders["sparse"] = self.splade_model()
+        if not encoders:
+            raise UserError("the Qdrant collection has no vectors this Space can encode queries for")
+        return QdrantRetriever(store, encoders, exact=False)
 
     def _splade(self, ckey, data, use_idf, progress):
         """SPLADE documents are encoded once; IDF (Eq. 6, fitted on *this* corpus as CAI does) is
@@ -285,8 +317,7 @@ class SearchEngine:
             ckey, data = self.corpus(corpus_path)
             r = self.retriever(ckey, data, retriever, dam, use_idf, progress)
             run = r.search({"q": query}, top_k)["q"]
-            ids = r.doc_ids
-            pos = {d: i for i, d in enumerate(ids)}
+            pos = {d: i for i, d in enumerate(data.doc_ids())}
             why: dict[str, tuple[str, str]] = {}
             if retriever == "BERM":
                 texts = data.doc_texts()
@@ -297,6 +328,8 @@ class SearchEngine:
         ranked = sorted(run.items(), key=lambda x: (-x[1], x[0]))[:top_k]
         hits = []
         for d, s in ranked:
+            if d not in pos:  # a Qdrant collection of another corpus than the one shown
+                raise UserError(f"document {d!r} of the Qdrant collection is not in the corpus {corpus_path}")
             row = data.corpus[pos[d]]
             w_text, w_html = why.get(d, ("", ""))
             hits.append({"doc_id": d, "score": float(s), "title": row["title"], "text": row["text"],

@@ -149,15 +149,6 @@ class SPLADECAI(EncoderMixin, PreTrainedModel):
             self.tokenizer.save_pretrained(save_directory)
 
     # ------------------------------------------------------------------ Hub repo (``hf-dr push``)
-    @classmethod
-    def save_for_hub(cls, src, out, **options):
-        """Load the saved folder ``src`` and write the files of its Hub repo to ``out``
-        (weights, config with ``auto_map``, this code, tokenizer). Returns ``(model, {})``:
-        no extra card variables."""
-        model = cls.from_pretrained(str(src))
-        model.save_pretrained(out, safe_serialization=True)
-        return model, {}
-
     def card_variables(self, info: dict) -> dict:
         """The variables of ``model_cards/splade_cai.md`` beyond the ones every card gets."""
         return dict(vocab_size=f"{self.config.vocab_size:,}")
