@@ -1,10 +1,11 @@
 """Corpus-scale encoding: memory, throughput, kill -9 + resume, two processes — `hf-dr encode`
 against today's (pre-streaming) encode loop and sentence-transformers, all in one run.
 
-The scale corpus (built here, from ../shared/data, deterministic): every document of BEIR SciFact,
-BEIR ArguAna and the TREC-DL-2019 passages, cut into consecutive non-overlapping windows of 12
-words (a passage-like unit of a real corpus); the first 200,000 windows form ``corpus-200k``, every
-10th of those ``corpus-20k``. Model: all-MiniLM-L6-v2 at max length 16, batch 64 (CPU minutes);
+The scale corpus (built here, from ../shared/data, deterministic): the documents of BEIR SciFact,
+BEIR ArguAna and the TREC-DL-2019 passages, in that order, cut into consecutive non-overlapping
+windows of 12 words (a passage-like unit of a real corpus). Once 200,000 windows are reached the
+builder takes only the first window of each remaining document of that file: ``corpus-200k`` holds
+201,441 documents, ``corpus-20k`` every 10th of them (20,145). Model: all-MiniLM-L6-v2 at max length 16, batch 64 (CPU minutes);
 the two-process check also runs splade-tiny (sparse).
 
 Each system runs in its own process (peak RSS from the kernel's rusage of that process, wall

@@ -65,7 +65,7 @@ def fuse(runs: Sequence[Run], weights: Sequence[float] | None = None, method: st
     for q in qids:
         total: dict[str, float] = {}
         per_run = [r.get(q, {}) for r in normed]
-        docs = set().union(*per_run)
+        docs = list(dict.fromkeys(d for scores in per_run for d in scores))  # first appearance: deterministic
         for w, scores in zip(weights, per_run):
             floor = min(scores.values()) if (scores and missing == "min") else 0.0
             for d in docs:
