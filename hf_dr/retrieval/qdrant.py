@@ -213,21 +213,30 @@ def _spec(embs: Mapping[str, Embeddings]) -> dict:
                         for k, e in embs.items()}}
 
 
-def _rows(emb: Embeddings, start: int, end: int):
-    """Rows ``[start, end)`` of an embeddings folder (the shards they span)."""
-    parts = []
-    for s0, block in emb.iter_shards():
-        s1 = s0 + block.shape[0]
-        if s1 <= start:
-            continue
-        if s0 >= end:
-            break
-        parts.append(block[max(start, s0) - s0: min(end, s1) - s0])
-    if emb.is_sparse:
-        import scipy.sparse as sp
+class _RowReader:
+    """Rows ``[start, end)`` of an embeddings folder, read in increasing order: only the shards a
+    range spans are loaded, and the current one is kept for the next range."""
 
-        return sp.vstack(parts, format="csr") if len(parts) > 1 else parts[0].tocsr()
-    return np.concatenate(parts) if len(parts) > 1 else np.asarray(parts[0])
+    def __init__(self, emb: Embeddings):
+        self.emb, self.shards, self._cache = emb, emb.manifest["shards"], (None, None)
+
+    def _block(self, s: dict):
+        if self._cache[0] is not s:
+            self._cache = (s, self.emb._load(s))
+        return self._cache[1]
+
+    def rows(self, start: int, end: int):
+        parts = []
+        for s in self.shards:
+            s0, s1 = s["start"], s["start"] + s["rows"]
+            if s1 <= start or s0 >= end:
+                continue
+            parts.append(self._block(s)[max(start, s0) - s0: min(end, s1) - s0])
+        if self.emb.is_sparse:
+            import scipy.sparse as sp
+
+            return sp.vstack(parts, format="csr") if len(parts) > 1 else parts[0].tocsr()
+        return np.concatenate(parts) if len(parts) > 1 else np.asarray(parts[0])
 
 
 def index_embeddings(store: QdrantStore, embeddings: Sequence, *, batch_size: int = 256, hnsw_m: int = 16,
@@ -269,10 +278,11 @@ def index_embeddings(store: QdrantStore, embeddings: Sequence, *, batch_size: in
         store.set_manifest({**spec, "uploaded": 0})
         done = 0
     doc_ids = next(iter(embs.values())).doc_ids
+    readers = {k: _RowReader(e) for k, e in embs.items()}
     with tqdm(total=n, initial=done, desc="Uploading", unit="doc", disable=not show_progress_bar) as bar:
         for start in range(done, n, batch_size):
             end = min(n, start + batch_size)
-            blocks = {k: _rows(e, start, end) for k, e in embs.items()}
+            blocks = {k: r.rows(start, end) for k, r in readers.items()}
             vectors = []
             for r in range(end - start):
                 v = {}
