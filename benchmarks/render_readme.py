@@ -1,10 +1,13 @@
-"""Render the README's result tables from benchmarks/results/*.json (pyserini-2CR style).
+"""Render the result tables of README.md and docs/results.md from benchmarks/results/*.json
+(pyserini-2CR style).
 
-    python benchmarks/render_readme.py          # rewrite the tables in README.md
-    python benchmarks/render_readme.py --check  # exit 1 if README.md is out of date
+    python benchmarks/render_readme.py          # rewrite the tables in README.md and docs/results.md
+    python benchmarks/render_readme.py --check  # exit 1 if either is out of date
 
-Each table sits between ``<!-- results:NAME -->`` and ``<!-- /results:NAME -->`` in the
-README; NAME is a row's ``table`` field. Every row shows the command that produced it.
+Each table sits between ``<!-- results:NAME -->`` and ``<!-- /results:NAME -->``; NAME is a row's
+``table`` field, and every row shows the command that produced it. ``headline`` is the README's
+one summary table: the rows named in :data:`HEADLINE`, one column per dataset (nDCG@10), their
+commands in docs/results.md.
 """
 
 from __future__ import annotations
@@ -17,6 +20,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
+PAGES = [ROOT / "README.md", ROOT / "docs" / "results.md"]
+#: the README's summary: (label, table, system) -> nDCG@10 per dataset, in this order
+HEADLINE = [
+    ("BM25 (bm25s, Snowball stemming)", "baselines", "BM25 (bm25s, stopwords, Snowball stemming)"),
+    ("all-MiniLM-L6-v2, zero-shot", "baselines", "all-MiniLM-L6-v2 (mean pool, cosine)"),
+    ("BM25 + all-MiniLM-L6-v2 (z-score fusion)", "baselines", "BM25 + MiniLM (z-score fusion)"),
+    ("splade-tiny, zero-shot", "splade_cai", "splade-tiny: SPLADE"),
+    ("splade-tiny + target IDF (SPLADE-CAI, Eq. 6-7)", "splade_cai", "splade-tiny: SPLADE + IDF"),
+    ("splade-tiny + BM25 (raw-score sum, Eq. 8-9)", "splade_cai", "splade-tiny: BM25 + SPLADE (raw sum)"),
+    ("MiniLM + contrastive on TREC-DL (max length 128)", "berm", "MiniLM + contrastive (baseline)"),
+    ("MiniLM + contrastive + BERM (max length 128)", "berm", "MiniLM + contrastive + BERM"),
+]
+HEADLINE_METRIC = "ndcg@10"
 LABELS = {"ndcg@10": "nDCG@10", "recall@100": "R@100", "recall@1000": "R@1000", "mrr@10": "MRR@10",
           "nnz_query": "nnz/query", "nnz_doc": "nnz/doc"}
 
@@ -55,6 +71,20 @@ def render_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def render_headline(rows: list[dict]) -> str:
+    """One row per :data:`HEADLINE` entry, one nDCG@10 column per dataset it has results on."""
+    found = {(r["table"], r["system"], r.get("dataset", "")): r for r in rows}
+    wanted = {(table, system) for _, table, system in HEADLINE}
+    datasets = list(dict.fromkeys(r.get("dataset", "") for r in rows if (r["table"], r["system"]) in wanted))
+    lines = ["| system | " + " | ".join(datasets) + " |", "|---|" + "---:|" * len(datasets)]
+    for label, table, system in HEADLINE:
+        cells = [found.get((table, system, d), {}).get("metrics", {}).get(HEADLINE_METRIC) for d in datasets]
+        if all(c is None for c in cells):
+            continue
+        lines.append(f"| {label} | " + " | ".join("" if c is None else f"{c:.3f}" for c in cells) + " |")
+    return "\n".join(lines)
+
+
 def render(readme: str, rows: list[dict]) -> str:
     tables: dict[str, list[dict]] = {}
     for r in rows:
@@ -62,7 +92,10 @@ def render(readme: str, rows: list[dict]) -> str:
 
     def sub(m):
         name = m.group(1)
-        body = render_table(tables[name]) if name in tables else "_no results recorded yet_"
+        if name == "headline":
+            body = render_headline(rows)
+        else:
+            body = render_table(tables[name]) if name in tables else "_no results recorded yet_"
         return f"<!-- results:{name} -->\n{body}\n<!-- /results:{name} -->"
 
     return re.sub(r"<!-- results:([\w-]+) -->.*?<!-- /results:\1 -->", sub, readme, flags=re.S)
@@ -72,15 +105,20 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true")
     a = ap.parse_args()
-    path = ROOT / "README.md"
-    old = path.read_text()
-    new = render(old, load_rows())
-    if a.check:
-        if new != old:
-            print("README.md tables differ from benchmarks/results: run python benchmarks/render_readme.py")
-            return 1
-        return 0
-    path.write_text(new)
+    rows, stale = load_rows(), []
+    for path in PAGES:
+        old = path.read_text()
+        new = render(old, rows)
+        if new == old:
+            continue
+        if a.check:
+            stale.append(path.relative_to(ROOT))
+        else:
+            path.write_text(new)
+    if stale:
+        print(f"{', '.join(map(str, stale))}: tables differ from benchmarks/results: "
+              "run python benchmarks/render_readme.py")
+        return 1
     return 0
 
 

@@ -14,8 +14,31 @@ def _render_module():
 
 def test_readme_tables_match_result_files():
     mod = _render_module()
-    readme = (REPO / "README.md").read_text()
-    assert mod.render(readme, mod.load_rows()) == readme, "run: python benchmarks/render_readme.py"
+    for page in mod.PAGES:
+        text = page.read_text()
+        assert mod.render(text, mod.load_rows()) == text, f"{page.name}: run python benchmarks/render_readme.py"
+
+
+def test_headline_table_lists_each_named_row():
+    mod = _render_module()
+    rows = mod.load_rows()
+    table = mod.render_headline(rows)
+    for label, t, system in mod.HEADLINE:
+        want = [r for r in rows if r["table"] == t and r["system"] == system]
+        assert want, f"headline row {label!r}: no result ({t}, {system})"
+        line = next(l for l in table.splitlines() if l.startswith(f"| {label} |"))
+        for r in want:
+            assert f"{r['metrics'][mod.HEADLINE_METRIC]:.3f}" in line, (label, r["dataset"])
+
+
+def test_no_machine_paths_in_docs_or_results():
+    """Every command in the README, the docs and the result files runs on any clone."""
+    import re
+
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "benchmarks" / "results").glob("*.json"))]
+    for p in pages:
+        for m in re.finditer(r"(?<![\w.])/(?:work|home|tmp|root|Users|mnt)/[\w./-]+", p.read_text()):
+            raise AssertionError(f"{p.relative_to(REPO)}: absolute local path {m.group(0)}")
 
 
 def test_every_row_has_a_command_and_metrics():
