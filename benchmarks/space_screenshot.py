@@ -7,7 +7,8 @@ Starts ``spaces/search_demo/app.py`` on a free localhost port (GRADIO_SERVER_POR
 ``chromium`` headless (``--headless --no-sandbox --disable-gpu --disable-background-networking
 --disable-component-update``), and talks to it with the Chrome DevTools Protocol over
 ``--remote-debugging-pipe`` (file descriptors 3/4: no websocket client, no downloaded browser).
-It picks the retriever in the dropdown, types the query into the query box with real key input
+The corpus is the first of the app's list (``HF_DR_CORPUS`` / ``HF_DR_CORPORA``: names only,
+never paths). It picks the retriever in the dropdown, types the query into the query box with real key input
 (``Input.insertText``), clicks *Search* with the mouse, waits for the ranked list, prints the hits
 it sees in the page and saves a full-page PNG. Models come from the app's environment variables
 (defaults: all-MiniLM-L6-v2 for dense, as ``hf-dr quickstart``).
@@ -209,16 +210,29 @@ def screenshot(url: str, out: Path, query: str, retriever: str | None = None, wi
                              "the retriever to be selected")
             cdp.click("#query textarea")
             cdp.send("Input.insertText", {"text": query})
-            cdp.click("#search")
             t0 = time.time()
-            cdp.wait_for("document.querySelectorAll('#results .hit').length > 0 || "
-                         "(document.querySelector('#status') || {}).innerText?.includes('⚠️')", timeout,
-                         "the ranked list")
+            while True:  # "the index is being built: try again in a moment" -> click again
+                cdp.click("#search")
+                cdp.wait_for("document.querySelectorAll('#results .hit').length > 0 || "
+                             "(document.querySelector('#status') || {}).innerText?.includes('⚠️')",
+                             max(1.0, timeout - (time.time() - t0)), "the ranked list")
+                status = cdp.js("(document.querySelector('#status') || {}).innerText || ''")
+                if "being built" not in status or time.time() - t0 > timeout:
+                    break
+                time.sleep(2.0)
             seconds = time.time() - t0
             time.sleep(1.0)  # let the table render
+            try:  # the "being built" toasts of earlier clicks close by themselves: shoot the page without them
+                cdp.wait_for("document.querySelectorAll('.toast-body, [data-testid=toast-body]').length === 0", 20,
+                             "earlier notices to close")
+            except Exception:
+                pass
             seen = cdp.js("""(() => ({
                 status: document.querySelector('#status').innerText.trim(),
+                corpus: (document.querySelector('#corpus input') || {}).value,
                 hits: [...document.querySelectorAll('#results .hit .head')].map(e => e.innerText.trim())}))()""")
+            page_text = cdp.js("document.body.innerText")
+            seen["server_path_shown"] = str(REPO) in page_text or str(REPO.parent) + "/" in page_text
             full = cdp.send("Page.getLayoutMetrics")["cssContentSize"]
             cdp.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": int(min(full["height"], 4000)),
                                                             "deviceScaleFactor": 1, "mobile": False})
@@ -249,7 +263,7 @@ def main() -> int:
             stop_app(proc)
     print(json.dumps(seen, indent=1, ensure_ascii=False))
     print(f"wrote {a.out}")
-    return 0 if seen["hits"] else 1
+    return 0 if seen["hits"] and not seen["server_path_shown"] else 1
 
 
 if __name__ == "__main__":

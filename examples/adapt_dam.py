@@ -15,18 +15,31 @@ Runs unchanged under ``accelerate launch`` and ``torchrun``. The output folder i
 ordinary ``*ForMaskedLM`` checkpoint (+ tokenizer and a model card): a DAM for
 ``DDRModel.load_dam`` / ``DDRModel.from_pretrained(rem, dam=...)``. A backbone without an
 MLM head (all-MiniLM-L6-v2) gets a new head, decoder tied to the word embeddings.
+
+Reproducible and resumable: ``--seed`` is set before the new head is initialised. Checkpoints
+(``--save_steps N``) are written atomically; re-running the same command resumes from the newest
+complete checkpoint in ``--output_dir`` (one log line says so). ``--resume_from_checkpoint last``
+(or ``True``) asks for it explicitly (an error when there is none), ``--resume_from_checkpoint
+PATH`` names one, ``--resume_from_checkpoint no`` starts over. The DAM replaces ``--output_dir``
+in one rename at the end (checkpoints are kept).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments
+from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments, enable_full_determinism, set_seed
 
+from hf_dr.io import one_line_warnings
 from hf_dr.adaptation.mlm import MLMArguments, load_mlm_model, mlm_loss, train_mlm
 from hf_dr.data import load_beir
+from hf_dr.io import atomic_write_json
+from hf_dr.training import (CheckpointError, final_output, portable_reference, quiet_progress_bars,
+                            resolve_checkpoint)
 
 
 @dataclass
@@ -48,11 +61,25 @@ def read_corpus(path: str) -> list[str]:
     return load_beir(path, split=None).doc_texts()
 
 
+def fail(message: str) -> None:
+    """Exit 2 with ``adapt_dam.py: error: message`` (a usage error, no traceback)."""
+    print(f"{Path(sys.argv[0]).name}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main():
-    parser = HfArgumentParser((DAMArguments, MLMArguments, TrainingArguments))
+    one_line_warnings()
+    parser = HfArgumentParser((DAMArguments, MLMArguments, TrainingArguments), description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     dam_args, mlm_args, training_args = parser.parse_args_into_dataclasses()
     if dam_args.role not in ("source", "target"):
-        raise ValueError("--role must be 'source' or 'target'")
+        fail("--role must be 'source' or 'target'")
+    if training_args.disable_tqdm:  # also the loading / saving / dataset progress bars
+        quiet_progress_bars()
+    try:
+        resume = resolve_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint, auto=True)
+    except CheckpointError as e:
+        fail(str(e))
     texts = read_corpus(dam_args.corpus)
     if dam_args.max_documents:
         texts = texts[:dam_args.max_documents]
@@ -62,12 +89,19 @@ def main():
             raise ValueError("--eval_documents must be smaller than the corpus")
         texts, eval_texts = texts[:-dam_args.eval_documents], texts[-dam_args.eval_documents:]
     tokenizer = AutoTokenizer.from_pretrained(dam_args.model_name_or_path)
+    # the seed before any weight is initialised (a new MLM head)
+    enable_full_determinism(training_args.seed) if training_args.full_determinism else set_seed(training_args.seed)
     model = load_mlm_model(dam_args.model_name_or_path)
     before = mlm_loss(model, tokenizer, eval_texts, mlm_args) if eval_texts else None
     model.train()
-    trainer = train_mlm(model, tokenizer, texts, training_args, mlm_args)
+    trainer = train_mlm(model, tokenizer, texts, training_args, mlm_args, resume_from_checkpoint=resume or False,
+                        save=False)
     if trainer.is_world_process_zero():
-        info = {"base_model": dam_args.model_name_or_path, "corpus": dam_args.corpus, "role": dam_args.role,
+        base, base_local = portable_reference(dam_args.model_name_or_path)
+        corpus, corpus_local = portable_reference(dam_args.corpus)
+        info = {"base_model": base, "corpus": corpus,
+                "local_inputs": [k for k, local in (("base_model", base_local), ("corpus", corpus_local)) if local],
+                "role": dam_args.role, "seed": training_args.seed,
                 "n_documents": len(texts), "mlm": asdict(mlm_args), "learning_rate": training_args.learning_rate,
                 "epochs": training_args.num_train_epochs, "max_steps": training_args.max_steps,
                 "global_steps": trainer.state.global_step,
@@ -75,9 +109,10 @@ def main():
         if eval_texts:
             info["heldout_mlm_loss_before"] = before
             info["heldout_mlm_loss_after"] = mlm_loss(model, tokenizer, eval_texts, mlm_args)
-        out = Path(training_args.output_dir)
-        (out / "dam_info.json").write_text(json.dumps(info, indent=1))
-        _write_card(out, info)
+        with final_output(training_args.output_dir) as tmp:
+            trainer.save_model(str(tmp))
+            atomic_write_json(tmp / "dam_info.json", info, indent=1)
+            _write_card(tmp, info)
         print(json.dumps(info, indent=1))
 
 
@@ -87,7 +122,7 @@ def _write_card(out: Path, info: dict) -> None:
 
     write_card(
         out, "ddr_dam", dict(library_name="transformers", pipeline_tag="fill-mask", tags=["hf-dr", "ddr", "dam"],
-                             base_model=info["base_model"] if not Path(info["base_model"]).exists() else None),
+                             base_model=None if "base_model" in info["local_inputs"] else info["base_model"]),
         base_model=info["base_model"], corpus=info["corpus"], role=info["role"],
         n_documents=info["n_documents"], learning_rate=info["learning_rate"],
         global_steps=info["global_steps"], mlm_probability=info["mlm"]["mlm_probability"],

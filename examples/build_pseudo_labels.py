@@ -29,7 +29,7 @@ class LabelArguments:
     output: str = field(metadata={"help": "output folder (dataset, card, cache, trained model)"})
     dense_model: str | None = field(default=None, metadata={"help": "current dense retriever (fusion reranker, SimANS)"})
     reranker: str = field(default="fusion", metadata={"help": "fusion | monot5:<id> | cross-encoder:<id>"})
-    cache_dir: str | None = field(default=None, metadata={"help": "stage cache (default OUTPUT/cache)"})
+    cache_dir: str | None = field(default=None, metadata={"help": "stage cache (default .OUTPUT.cache beside the output folder)"})
 
 
 @dataclass

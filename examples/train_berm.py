@@ -19,11 +19,13 @@ Data: a BEIR folder with graded qrels (grade >= ``--min_positive_grade`` positiv
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import HfArgumentParser
+from transformers import HfArgumentParser, enable_full_determinism, set_seed
 
 
 STYLES = ("vanilla", "hard_negatives", "distillation")
@@ -142,11 +144,15 @@ def train(m: ModelArguments, d: DataArguments, b: BERMArguments, args):
     returns ``(model, info)``."""
     from hf_dr.data import RetrievalCollator, UnitCollator
     from hf_dr.data.units import annotate_units
+    from hf_dr.io import atomic_write_json
     from hf_dr.models.berm import BERMEncoder
-    from hf_dr.training import RetrievalTrainer
+    from hf_dr.training import RetrievalTrainer, final_output, portable_reference, resolve_checkpoint
 
     if args.report_to == [None]:  # HfArgumentParser turns RetrievalTrainingArguments' "none" default into [None]
         args.report_to = []
+    # CheckpointError (a ValueError) before any work when the checkpoint asked for is missing
+    resume = resolve_checkpoint(args.output_dir, args.resume_from_checkpoint, auto=True)
+    enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)  # before any init
     model = BERMEncoder.from_backbone(m.model_name_or_path, pooling=m.pooling, similarity=m.similarity,
                                       max_query_length=m.max_query_length, max_doc_length=m.max_doc_length)
     rows = build_dataset(d, b, args)
@@ -158,18 +164,22 @@ def train(m: ModelArguments, d: DataArguments, b: BERMArguments, args):
     else:
         collator = RetrievalCollator(model.tokenizer, m.max_query_length, m.max_doc_length)
     trainer = RetrievalTrainer(model=model, args=args, train_dataset=rows, data_collator=collator, objective=objective)
-    trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
-    info = {"model_name_or_path": m.model_name_or_path, "train_data": d.train_data, "style": b.style,
+    trainer.train(resume_from_checkpoint=resume or False)
+    src, src_local = portable_reference(m.model_name_or_path)
+    data, data_local = portable_reference(d.train_data)
+    info = {"model_name_or_path": src, "train_data": data,
+            "local_inputs": [k for k, local in (("model_name_or_path", src_local), ("train_data", data_local)) if local],
+            "style": b.style,
             "berm": b.berm, "alpha": objective.alpha, "beta": objective.beta, "n_rows": len(rows),
             "global_steps": trainer.state.global_step, "learning_rate": args.learning_rate,
             "per_device_train_batch_size": args.per_device_train_batch_size, "seed": args.seed,
             "pooling": m.pooling, "similarity": m.similarity, "max_doc_length": m.max_doc_length,
             "log_history": trainer.state.log_history}
     if trainer.is_world_process_zero():
-        out = Path(args.output_dir)
-        model.save_pretrained(out)
-        (out / "train_info.json").write_text(json.dumps(info, indent=1, default=str))
-        _write_card(model, out, info, d)
+        with final_output(args.output_dir) as tmp:
+            model.save_pretrained(tmp)
+            atomic_write_json(tmp / "train_info.json", info, indent=1, default=str)
+            _write_card(model, tmp, info, d)
     return model, info
 
 
@@ -181,10 +191,11 @@ def _write_card(model, out: Path, info: dict, d: DataArguments) -> None:
     src = info["model_name_or_path"]
     write_card(
         out, "berm", dict(library_name="transformers", pipeline_tag="feature-extraction",
-                          tags=["hf-dr", "berm", "dense-retrieval"], base_model=None if Path(src).exists() else src),
+                          tags=["hf-dr", "berm", "dense-retrieval"],
+                          base_model=None if "model_name_or_path" in info.get("local_inputs", ()) else src),
         backbone=src, style=info["style"],
         berm="on" if info["berm"] else "off", alpha=info["alpha"], beta=info["beta"], delta=d.delta,
-        reader=d.reader or "none (BM25 only)", train_data=f"`{d.train_data}`", n_rows=info["n_rows"],
+        reader=d.reader or "none (BM25 only)", train_data=f"`{info['train_data']}`", n_rows=info["n_rows"],
         global_steps=info["global_steps"], learning_rate=info["learning_rate"], pooling=c.pooling,
         similarity="inner product" if c.similarity == "dot" else "cosine",
         max_query_length=c.max_query_length, max_doc_length=c.max_doc_length,
@@ -192,11 +203,20 @@ def _write_card(model, out: Path, info: dict, d: DataArguments) -> None:
 
 
 def main():
-    from hf_dr.training import RetrievalTrainingArguments
+    from hf_dr.io import one_line_warnings
+    from hf_dr.training import CheckpointError, RetrievalTrainingArguments, quiet_progress_bars
 
-    parser = HfArgumentParser((ModelArguments, DataArguments, BERMArguments, RetrievalTrainingArguments))
+    one_line_warnings()
+    parser = HfArgumentParser((ModelArguments, DataArguments, BERMArguments, RetrievalTrainingArguments),
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     m, d, b, args = parser.parse_args_into_dataclasses()
-    _, info = train(m, d, b, args)
+    if args.disable_tqdm:  # also the loading / saving / dataset progress bars
+        quiet_progress_bars()
+    try:
+        _, info = train(m, d, b, args)
+    except CheckpointError as e:  # a usage error: one line, exit 2
+        print(f"{Path(sys.argv[0]).name}: error: {e}", file=sys.stderr)
+        sys.exit(2)
     info.pop("log_history", None)
     print(json.dumps(info, indent=1))
 

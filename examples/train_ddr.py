@@ -17,20 +17,32 @@ Data: a BEIR folder with graded qrels (grade >= ``--min_positive_grade`` positiv
 ``--negative_grade`` hard negatives), or a jsonl / parquet file of rows ``{query, pos, neg,
 [scores]}``; with ``scores`` (teacher scores, positive first) ``--objective margin_mse``.
 Negatives are gathered across processes under ``accelerate launch`` / ``torchrun``.
+
+Reproducible and resumable: ``--seed`` is set before the REM is initialised (same seed, same
+weights). Checkpoints (``--save_steps N``) are written atomically; re-running the same command
+resumes from the newest complete checkpoint in ``--output_dir`` (one log line says so).
+``--resume_from_checkpoint last`` (or ``True``) asks for it explicitly (an error when there is
+none), ``--resume_from_checkpoint PATH`` names one, ``--resume_from_checkpoint no`` starts over.
+The trained model replaces ``--output_dir`` in one rename at the end (checkpoints are kept).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import HfArgumentParser
+from transformers import HfArgumentParser, enable_full_determinism, set_seed
 
+from hf_dr.io import one_line_warnings
 from hf_dr.data import RetrievalCollator, load_beir, triplets_from_qrels
 from hf_dr.objectives import get_objective
-from hf_dr.training import RetrievalTrainer, RetrievalTrainingArguments
+from hf_dr.io import atomic_write_json
+from hf_dr.training import (CheckpointError, RetrievalTrainer, RetrievalTrainingArguments, final_output,
+                            portable_reference, quiet_progress_bars, resolve_checkpoint)
 
 logger = logging.getLogger(__name__)
 
@@ -99,11 +111,27 @@ def build_dataset(d: DataArguments, args: RetrievalTrainingArguments):
                                batch_size=global_batch, seed=args.seed)
 
 
+def fail(message: str) -> None:
+    """Exit 2 with ``train_ddr.py: error: message`` (a usage error, no traceback)."""
+    print(f"{Path(sys.argv[0]).name}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main():
-    parser = HfArgumentParser((ModelArguments, DataArguments, RetrievalTrainingArguments))
+    one_line_warnings()
+    parser = HfArgumentParser((ModelArguments, DataArguments, RetrievalTrainingArguments), description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     m, d, args = parser.parse_args_into_dataclasses()
     if args.report_to == [None]:  # HfArgumentParser turns RetrievalTrainingArguments' "none" default into [None]
         args.report_to = []
+    if args.disable_tqdm:  # also the loading / saving / dataset progress bars
+        quiet_progress_bars()
+    try:
+        resume = resolve_checkpoint(args.output_dir, args.resume_from_checkpoint, auto=True)
+    except CheckpointError as e:
+        fail(str(e))
+    # the seed before any weight is initialised (the REM's LoRA / adapters)
+    enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
     model = build_model(m)
     train = build_dataset(d, args)
     if d.objective == "margin_mse" and "scores" not in train.column_names:
@@ -118,20 +146,25 @@ def main():
         n_train = sum(p.numel() for p in model.parameters() if p.requires_grad)
         n_all = sum(p.numel() for p in model.parameters())
         logger.warning("training the REM only: %d of %d parameters (%.2f%%)", n_train, n_all, 100 * n_train / n_all)
-    trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+    trainer.train(resume_from_checkpoint=resume or False)
     if not trainer.is_world_process_zero():
         return
-    out = Path(args.output_dir)
-    info = {"mode": m.mode, "model_name_or_path": m.model_name_or_path, "train_data": d.train_data,
+    src, src_local = portable_reference(m.model_name_or_path)
+    data, data_local = portable_reference(d.train_data)
+    info = {"mode": m.mode, "model_name_or_path": src, "train_data": data,
+            "local_inputs": [k for k, local in (("model_name_or_path", src_local), ("train_data", data_local)) if local],
             "n_rows": len(train), "objective": d.objective, **kwargs, "global_steps": trainer.state.global_step,
-            "learning_rate": args.learning_rate,
+            "learning_rate": args.learning_rate, "seed": args.seed,
             "train_loss": next((h["train_loss"] for h in reversed(trainer.state.log_history) if "train_loss" in h), None)}
-    if m.mode == "ddr":
-        model.save_rem(out, dam_name_or_path=m.model_name_or_path)
-        _write_rem_card(model, out, info, d)
-    else:
-        model.save_pretrained(out)
-    (out / "train_info.json").write_text(json.dumps(info, indent=1))
+    out = Path(args.output_dir)
+    with final_output(out) as tmp:
+        if m.mode == "ddr":
+            # a local DAM is recorded relative to the folder (tmp is a sibling of out: same relative path)
+            model.save_rem(tmp, dam_name_or_path=m.model_name_or_path)
+            _write_rem_card(model, tmp, info, d)
+        else:
+            model.save_pretrained(tmp)
+        atomic_write_json(tmp / "train_info.json", info, indent=1)
     print(json.dumps(info, indent=1))
 
 
@@ -144,13 +177,13 @@ def _write_rem_card(model, out: Path, info: dict, d: DataArguments) -> None:
     write_card(
         out, "ddr_rem", dict(library_name="transformers", pipeline_tag="feature-extraction",
                              tags=["hf-dr", "ddr", "rem", "dense-retrieval", "peft", "lora"],
-                             base_model=None if Path(src).exists() else src),
+                             base_model=None if "model_name_or_path" in info["local_inputs"] else src),
         rem_type=c.rem_type, lora_rank=c.lora_rank,
         lora_targets=", ".join(c.lora_target_modules) if c.use_lora else "none",
         pa_bottleneck=c.pa_dim() if c.use_pa else "none", pa_scaling=c.pa_scaling,
         rem_parameters=f"{model.num_rem_parameters():,}", similarity="inner product" if c.similarity == "dot" else "cosine",
-        source_dam=src, train_data=f"`{d.train_data}` (grade >= {d.min_positive_grade} positive, grade {d.negative_grade} hard negatives)"
-        if not Path(d.train_data).is_file() else f"`{d.train_data}`",
+        source_dam=src, train_data=f"`{info['train_data']}` (grade >= {d.min_positive_grade} positive, grade {d.negative_grade} hard negatives)"
+        if not Path(d.train_data).is_file() else f"`{info['train_data']}`",
         objective=d.objective + (f" (scale {info['scale']})" if "scale" in info else ""), n_rows=info["n_rows"],
         global_steps=info["global_steps"], learning_rate=info["learning_rate"], pooling=c.pooling,
         max_query_length=c.max_query_length, max_doc_length=c.max_doc_length,

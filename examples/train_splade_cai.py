@@ -8,19 +8,25 @@ fit IDF -> evaluate. Runs under `python` and `accelerate launch`.
 Each stage is written under --output_dir and skipped on a re-run with the same parameters.
 Ablations are flags: --expand_vocabulary false (continual pre-training only),
 --continual_mlm false (vocabulary expansion only), both false (SPLADE training only).
+Every stage sets ``--seed`` before it initialises weights, so a re-run (or a resumed chain)
+gives the same model; stage folders and the final model are written atomically.
 """
 
+import argparse
 import json
 import logging
 
 from transformers import HfArgumentParser
 
+from hf_dr.io import one_line_warnings
 from hf_dr.adaptation.cai import CAIArguments, run_cai
 
 
 def main():
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    (args,) = HfArgumentParser(CAIArguments).parse_args_into_dataclasses()
+    one_line_warnings()
+    (args,) = HfArgumentParser(CAIArguments, description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter).parse_args_into_dataclasses()
     report = run_cai(args)
     print(json.dumps(report.get("metrics", {}), indent=1))
     print(f"model: {report['model_dir']}")

@@ -1,12 +1,20 @@
 """``hf-dr`` command line: thin front ends over the library, one module per subcommand
-in :mod:`hf_dr.commands` (each exposes ``register(subparsers)``)."""
+in :mod:`hf_dr.commands` (each exposes ``register(subparsers)``).
+
+Errors are one line on stderr, ``hf-dr COMMAND: error: MESSAGE``, and exit status 2 — bad
+arguments (checked by the argument types below, before any work), :class:`CLIError` from a
+command, and the library's ``ValueError`` / ``FileNotFoundError`` (a malformed BEIR file, a model
+folder without weights...). ``-v`` shows debug logging, third-party load reports and tracebacks.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import logging
+import math
 import sys
+import warnings
 
 # one line per subcommand module; a module that fails to import (an optional extra missing)
 # only loses its own subcommand
@@ -25,34 +33,113 @@ class CLIError(Exception):
     """A user-facing error: printed without a traceback, exit status 2."""
 
 
+# ---------------------------------------------------------------- argument types (checked at parse time)
+def positive_int(text: str) -> int:
+    """``type=`` for counts and sizes: an integer >= 1 (``--top-k 0`` would score nothing)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (at least 1), got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """``type=`` for an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """``type=`` for a weight: a finite number (no ``inf`` / ``nan``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def stemmer_name(text: str) -> str | None:
+    """``type=`` for ``--bm25-stemmer``: a PyStemmer language or ``none``."""
+    from .retrieval.bm25 import check_stemmer
+
+    try:
+        return check_stemmer(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def stopwords_name(text: str) -> str | None:
+    """``type=`` for ``--bm25-stopwords``: a bm25s stop-word language or ``none``."""
+    from .retrieval.bm25 import check_stopwords
+
+    try:
+        return check_stopwords(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with errors as one line (``hf-dr evaluate: error: argument --top-k: ...``) and
+    a pointer to ``--help`` instead of the whole usage text."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hf-dr", description="Domain adaptation of neural retrievers.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser = _Parser(prog="hf-dr", description="Domain adaptation of neural retrievers.")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="debug logging, third-party load reports and tracebacks")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(name).register(sub)
     return parser
 
 
+def configure_logging(verbose: bool) -> None:
+    """WARNING and up (DEBUG with ``-v``) as ``LEVEL name: message``. Third-party loggers that
+    set themselves to DEBUG (bm25s) are quieted where they are imported (:mod:`hf_dr.retrieval.bm25`)."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if not verbose:  # in case bm25s was imported directly before this
+        log = logging.getLogger("bm25s")
+        if log.level == logging.DEBUG:
+            log.setLevel(logging.NOTSET)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
-    if not args.verbose:  # libraries that set their own loggers to DEBUG
-        for name in ("bm25s",):
-            logging.getLogger(name).setLevel(logging.WARNING)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # a bad argument (status 2, message printed) or --help (0)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    configure_logging(args.verbose)
     if not getattr(args, "func", None):
         parser.print_help()
         return 1
     from .data.beir import BeirFormatError
+    from .io import one_line_warnings
 
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():
+            if not args.verbose:  # one line each, without the file:line of the library and its source
+                one_line_warnings("hf-dr")
+            return int(args.func(args) or 0)
     except (CLIError, BeirFormatError, FileNotFoundError, ValueError) as e:
         if args.verbose:
             raise
-        print(f"hf-dr {args.command}: error: {e}", file=sys.stderr)
+        msg = str(e) if not isinstance(e, FileNotFoundError) or not e.filename else \
+            f"{e.filename}: {e.strerror or 'no such file or folder'}"
+        print(f"hf-dr {args.command}: error: {msg}", file=sys.stderr)
         return 2
 
 

@@ -148,12 +148,15 @@ def _corpus_pairs(corpus):
 def encode_to_folder(model, corpus, output: str | os.PathLike, *, model_name: str | None = None,
                      batch_size: int = 32, max_length: int | None = None, shard_size: int = DEFAULT_CHUNK_SIZE,
                      device=None, dtype="auto", show_progress_bar: bool = True,
-                     rank: int | None = None, world_size: int | None = None) -> Embeddings | None:
+                     rank: int | None = None, world_size: int | None = None,
+                     restart: bool = False) -> Embeddings | None:
     """Encode ``corpus`` (a BEIR folder, read line by line; a :class:`~hf_dr.data.BeirData`; or
     ``(doc_ids, texts)``) with ``model`` (any encoder of the suite) into the folder ``output``.
 
     Resumes a folder begun with the same model, corpus and settings (finished shards are kept);
-    refuses one begun with others. Returns the :class:`Embeddings` when the folder is complete
+    refuses one begun with others — or, with ``restart`` (one process only), empties it and starts
+    again. ``hf-dr encode`` works in a hidden ``.NAME.partial`` folder beside its output and renames
+    it into place once complete (:func:`hf_dr.io.partial_folder`). Returns the :class:`Embeddings` when the folder is complete
     (always with one process; on rank 0 with several), else ``None``.
     """
     out = Path(output)
@@ -187,6 +190,15 @@ def encode_to_folder(model, corpus, output: str | os.PathLike, *, model_name: st
     if plan_file.is_file():
         old = _read_json(plan_file)
         diff = [k for k in _IDENTITY if old.get(k) != plan.get(k)]
+        if diff and restart and world_size == 1:
+            import shutil
+
+            logger.warning("%s was begun with other settings (%s): starting again", out, ", ".join(diff))
+            shutil.rmtree(out)
+            (out / "shards").mkdir(parents=True)
+            return encode_to_folder(model, corpus, out, model_name=model_name, batch_size=batch_size,
+                                    max_length=max_length, shard_size=shard_size, device=device, dtype=dtype,
+                                    show_progress_bar=show_progress_bar, rank=rank, world_size=world_size)
         if diff:
             raise EmbeddingsError(
                 f"{out} holds embeddings begun with other settings ({', '.join(f'{k}: {old.get(k)!r} -> {plan[k]!r}' for k in diff)}); "
@@ -324,10 +336,12 @@ class Embeddings:
         """All vectors: float32 ``[n, dim]`` (memory-mapped when there is one shard) or CSR ``[n, |V|]``."""
         return concat_blocks([b for _, b in self.iter_shards()])
 
-    def check(self, model=None, doc_ids: Sequence[str] | None = None, max_length: int | None = None) -> None:
+    def check(self, model=None, doc_ids: Sequence[str] | None = None, max_length: int | None = None,
+              corpus_fingerprint: str | None = None) -> None:
         """Refuse (:class:`EmbeddingsError`) when ``model`` is not the one that made these embeddings
         (weights or configuration differ), ``max_length`` (when given) is not the one they were
-        encoded with, or ``doc_ids`` are not its documents."""
+        encoded with, ``doc_ids`` are not its documents, or ``corpus_fingerprint`` (of
+        :func:`hf_dr.embeddings.corpus_fingerprint`: ids and texts) is not its corpus's."""
         m = self.manifest
         if model is not None:
             fp = model_fingerprint(model)
@@ -350,3 +364,7 @@ class Embeddings:
                 bad = next(i for i, (a, b) in enumerate(zip(doc_ids, self.doc_ids)) if a != b)
                 raise EmbeddingsError(f"{self.path}: document {bad} is {self.doc_ids[bad]!r}, the corpus has "
                                       f"{doc_ids[bad]!r}: these are embeddings of another corpus (or another order)")
+        if corpus_fingerprint is not None and m.get("corpus_fingerprint") not in (None, corpus_fingerprint):
+            raise EmbeddingsError(f"{self.path}: the same document ids, other texts (corpus fingerprint "
+                                  f"{m.get('corpus_fingerprint')} here, {corpus_fingerprint} now): these are "
+                                  "embeddings of another corpus; encode it again")

@@ -52,8 +52,9 @@ class EvalResult:
         obj = {"metrics": self.aggregate, "n_queries": self.n_queries, **extra,
                "per_query": self.per_query}
         if path is not None:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            Path(path).write_text(json.dumps(obj, indent=1))
+            from .io import atomic_write_json
+
+            atomic_write_json(path, obj, indent=1)
         return obj
 
 

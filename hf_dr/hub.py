@@ -20,10 +20,12 @@ so this module works on a tree where ``hf_dr.models.berm`` does not exist yet.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from .hub_templates import render_card, template_path
+from .io import OutputError, check_output_folder, local_inputs, output_folder, public_name, scrub_local_paths
 
 logger = logging.getLogger(__name__)
 
@@ -138,12 +141,24 @@ def berm_available() -> bool:
         return False
 
 
-def _fresh_dir(out: Path, overwrite: bool) -> None:
-    """Refuse to write into a non-empty folder unless asked to replace it."""
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise HubError(f"{out} is not empty: choose an empty folder (or pass overwrite=True / --overwrite)")
-        shutil.rmtree(out)
+def _check_out(out: Path, overwrite: bool, inputs) -> None:
+    """Refuse, before any work, a folder that must not be written (non-empty without ``overwrite``;
+    one that is or holds an input, the current or home folder)."""
+    try:
+        check_output_folder(out, overwrite=overwrite, inputs=inputs)
+    except OutputError as e:
+        raise HubError(str(e)) from None
+
+
+@contextlib.contextmanager
+def _published_folder(out: Path, overwrite: bool, inputs, roots=()):
+    """The repo folder is written into a temporary sibling of ``out`` and renamed into place once
+    complete (files 0644), with every local path of this machine taken out of its text files; after
+    an error ``out`` is as it was. ``overwrite`` never deletes a folder holding one of ``inputs``."""
+    _check_out(out, overwrite, inputs)
+    with output_folder(out, overwrite=overwrite, inputs=inputs) as tmp:
+        yield tmp
+        scrub_local_paths(tmp, extra_roots=[*roots, out.resolve().parent, tmp])
 
 
 def _read_json(path: Path) -> dict:
@@ -286,7 +301,9 @@ def _flat_config(model) -> dict:
 def _base_model(model, info: dict) -> str | None:
     cfg = getattr(model, "config", None)
     # a model that names its DAM (DDR REM) is based on that DAM first
-    cands = [getattr(cfg, "dam_name_or_path", None), info.get("base_model"), info.get("model_name_or_path")]
+    local = set(info.get("local_inputs") or ())  # recorded by name only: not Hub ids
+    cands = [getattr(cfg, "dam_name_or_path", None)] + \
+        [info.get(k) for k in ("base_model", "model_name_or_path") if k not in local]
     bcfg = getattr(cfg, "backbone_config", None)
     cands.append(getattr(bcfg, "_name_or_path", None))
     cands.append(getattr(cfg, "_name_or_path", None))
@@ -318,25 +335,65 @@ def prepare_model_folder(model_dir: str | os.PathLike, out_dir: str | os.PathLik
     out = Path(out_dir)
     if out.resolve() == src.resolve():
         raise HubError("--local-dir must differ from the model folder")
-    _fresh_dir(out, overwrite)
+    inputs = local_inputs(src, dam, *metrics)
+    _check_out(out, overwrite, inputs)  # before loading anything
     tpl = _template(template or kind.template, f"{kind.title} models")
     rows = load_metrics(metrics)  # fail before writing anything
-    out.mkdir(parents=True, exist_ok=True)
     hooks = kind.hooks_class()
-    if hasattr(hooks, "save_for_hub"):
-        model, extra = hooks.save_for_hub(src, out, dam=dam)
-    else:  # the common case: load the folder, save weights + config (auto_map) + code + tokenizer
-        model, extra = hooks.from_pretrained(str(src)), {}
-        model.save_pretrained(out, safe_serialization=True)
-    info = {**_read_json(src / "train_info.json"), **_read_json(src / "dam_info.json")}
-    for name in ("train_info.json", "dam_info.json"):
-        if (src / name).is_file():
-            shutil.copy2(src / name, out / name)
-    _render_model_card(kind, model, tpl, out, repo_id=repo_id or f"{PLACEHOLDER_OWNER}/{src.resolve().name}",
-                       rows=rows, base_model=base_model or _base_model(model, info),
-                       datasets=list(datasets) or sorted({i for i in (_hub_id(r.get("data")) for r in rows) if i}),
-                       license=license, language=language, info=info, extra={**extra, **(card_vars or {})})
+    roots = [src.resolve().parent] + ([Path(dam).resolve().parent] if dam and Path(dam).exists() else [])
+    with _published_folder(out, overwrite, inputs, roots) as tmp:
+        if hasattr(hooks, "save_for_hub"):
+            model, extra = hooks.save_for_hub(src, tmp, dam=dam)
+        else:  # the common case: load the folder, save weights + config (auto_map) + code + tokenizer
+            model, extra = hooks.from_pretrained(str(src)), {}
+            model.save_pretrained(tmp, safe_serialization=True)
+        info = {**_read_json(src / "train_info.json"), **_read_json(src / "dam_info.json")}
+        for name in ("train_info.json", "dam_info.json"):
+            if (src / name).is_file():
+                shutil.copy2(src / name, tmp / name)
+        _public_configs(tmp)
+        _render_model_card(kind, model, tpl, tmp, repo_id=repo_id or f"{PLACEHOLDER_OWNER}/{src.resolve().name}",
+                           rows=rows, base_model=base_model or _base_model(model, info),
+                           datasets=list(datasets) or sorted({i for i in (_hub_id(r.get("data")) for r in rows) if i}),
+                           license=license, language=language, info=_public_values(info),
+                           extra={**extra, **(card_vars or {})})
     return out
+
+
+#: config / info fields that name a model or data folder: a local path there becomes its name
+_PATH_FIELDS = ("_name_or_path", "name_or_path", "model_name_or_path", "base_model", "dam_name_or_path",
+                "dam_path", "backbone", "backbone_name_or_path", "data", "train_data", "output_dir", "model")
+
+
+def _public_values(obj):
+    """``obj`` with every string that is a local path replaced by its name (a Hub id is kept)."""
+    if isinstance(obj, dict):
+        return {k: _public_values(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_public_values(v) for v in obj]
+    if isinstance(obj, str) and (os.path.isabs(obj) or obj.startswith("~/")) and obj.count("/") >= 2:
+        return public_name(obj)
+    return obj
+
+
+def _public_configs(folder: Path) -> None:
+    """The JSON files of a repo folder (config.json, train_info.json, the DAM's...) with no local
+    path: ``_name_or_path`` and the other path fields become the folder's name, absolute paths too."""
+    from .io import _is_vocabulary
+
+    for p in folder.rglob("*.json"):
+        if _is_vocabulary(p):  # tokens, not paths
+            continue
+        obj = _read_json(p)
+        if not obj:
+            continue
+        new = _public_values(obj)
+        for k in _PATH_FIELDS:
+            v = new.get(k)
+            if isinstance(v, str) and v and not _hub_id(v) and Path(v).exists():
+                new[k] = public_name(v)
+        if new != obj:
+            p.write_text(json.dumps(new, indent=2, sort_keys=p.name == "config.json") + "\n")
 
 
 def _render_model_card(kind: ModelKind, model, template: Path, out: Path, *, repo_id: str, rows: list[dict],
@@ -397,10 +454,46 @@ def _publish(prepare: Callable[..., Path], repo_id: str | None, local_dir, *, re
     api = api or HfApi(token=token)
     with tempfile.TemporaryDirectory(prefix="hf-dr-push-") as tmp:
         folder = prepare(Path(tmp) / "repo", repo_id=repo_id, **kwargs)
-        api.create_repo(repo_id, repo_type=repo_type, private=private, exist_ok=True, **(create_kwargs or {}))
-        info = api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type=repo_type,
-                                 commit_message=commit_message)
+        try:
+            api.create_repo(repo_id, repo_type=repo_type, private=private, exist_ok=True, **(create_kwargs or {}))
+            info = api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type=repo_type,
+                                     commit_message=commit_message)
+        except _hub_errors() as e:
+            raise HubError(_hub_error_message(e, repo_id)) from None
     return str(getattr(info, "commit_url", info))
+
+
+def _hub_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions of an unreachable or refusing Hub (offline mode, connection, HTTP status, no token)."""
+    errs: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    with contextlib.suppress(ImportError):
+        from huggingface_hub.errors import HfHubHTTPError, LocalTokenNotFoundError, OfflineModeIsEnabled
+
+        errs += [HfHubHTTPError, LocalTokenNotFoundError, OfflineModeIsEnabled]
+    with contextlib.suppress(ImportError):
+        import httpx
+
+        errs.append(httpx.HTTPError)
+    with contextlib.suppress(ImportError):
+        import requests
+
+        errs.append(requests.RequestException)
+    return tuple(errs)
+
+
+def _hub_error_message(e: BaseException, repo_id: str) -> str:
+    """One line saying what went wrong with the Hub and what to do."""
+    first = (str(e).strip().splitlines() or [""])[0][:200]
+    what = f"{type(e).__name__}: {first}" if first else type(e).__name__
+    status = getattr(getattr(e, "response", None), "status_code", None)
+    if type(e).__name__ == "LocalTokenNotFoundError" or status in (401, 403):
+        return (f"the Hugging Face Hub refused to publish {repo_id} ({what}): log in (`hf auth login`), or pass "
+                "--token / set HF_TOKEN with write access, or write the folder with --local-dir")
+    if isinstance(status, int) and not isinstance(e, ConnectionError):
+        return (f"the Hugging Face Hub answered {status} for {repo_id} ({what}): check the repo id and your "
+                "rights on it, or write the folder with --local-dir")
+    return (f"could not reach the Hugging Face Hub ({what}): check the network / HF_HUB_OFFLINE, or write the "
+            "folder with --local-dir")
 
 
 def push_model(model_dir: str | os.PathLike, repo_id: str | None = None, *, local_dir: str | os.PathLike | None = None,
@@ -426,8 +519,16 @@ def _as_dataset_dict(data):
     p = Path(data)
     if not p.is_dir():
         raise HubError(f"{p}: not a dataset folder (a folder of parquet files or one written by save_to_disk)")
-    if (p / "dataset_dict.json").is_file() or (p / "state.json").is_file():
-        return _as_dataset_dict(load_from_disk(str(p)))
+    if (p / "dataset_dict.json").is_file():
+        return load_from_disk(str(p))
+    if (p / "state.json").is_file():
+        # a save_to_disk Dataset is the train split; each sub-folder holding another is a split of
+        # its own (``hf-dr label`` writes its dev set in dev/)
+        splits = {"train": load_from_disk(str(p))}
+        for sub in sorted(p.iterdir()):
+            if sub.is_dir() and (sub / "state.json").is_file() and sub.name not in splits:
+                splits[sub.name] = load_from_disk(str(sub))
+        return DatasetDict(splits)
     files = sorted(p.glob("*.parquet")) or sorted((p / "data").glob("*.parquet"))
     if not files:
         raise HubError(f"{p} holds no dataset: expected *.parquet files (or data/*.parquet), "
@@ -438,8 +539,23 @@ def _as_dataset_dict(data):
     return DatasetDict({s: Dataset.from_parquet(fs) for s, fs in splits.items()})
 
 
+def _pseudo_labels_stats(data) -> dict | None:
+    """The ``stats.json`` of a ``hf-dr label`` output folder (None for any other dataset)."""
+    if not isinstance(data, (str, os.PathLike)):
+        return None
+    p = Path(data)
+    stats = _read_json(p / "stats.json") if (p / "state.json").is_file() else {}
+    if not isinstance(stats.get("config"), dict):
+        return None
+    if not stats.get("command") and (p / "README.md").is_file():  # a folder written before stats held it
+        m = re.search(r"## Made by\s+`([^`]+)`", (p / "README.md").read_text(encoding="utf-8", errors="replace"))
+        if m:
+            stats["command"] = m.group(1)
+    return stats
+
+
 def prepare_dataset_folder(data, out_dir: str | os.PathLike, *, repo_id: str | None = None,
-                           template: str = "dataset", card_data: Mapping[str, Any] | None = None,
+                           template: str | None = None, card_data: Mapping[str, Any] | None = None,
                            card_vars: Mapping[str, Any] | None = None, license: str = "apache-2.0",
                            overwrite: bool = False) -> Path:
     """Write a dataset repo folder: ``data/<split>.parquet`` per split and a ``README.md``
@@ -448,27 +564,61 @@ def prepare_dataset_folder(data, out_dir: str | os.PathLike, *, repo_id: str | N
     ``card_data`` adds YAML metadata fields (``task_categories``, ``source_datasets``, ``tags``...);
     ``card_vars`` are template variables. The template also gets ``repo_id``, ``splits``
     (``{split: n_rows}``), ``features`` (column -> type), ``n_rows`` and ``preview`` (a table).
+
+    A folder written by ``hf-dr label`` is published whole — the train triplets and the dev set —
+    with its DoDress card (``dataset_pseudo_labels``, naming ``repo_id``) and ``stats.json``, unless
+    another ``template`` is asked for.
     """
-    dd = _as_dataset_dict(data)
-    tpl = _template(template, "datasets")
     out = Path(out_dir)
-    _fresh_dir(out, overwrite)
+    inputs = local_inputs(data) if isinstance(data, (str, os.PathLike)) else []
+    _check_out(out, overwrite, inputs)
+    dd = _as_dataset_dict(data)
+    stats = _pseudo_labels_stats(data)
+    if stats is not None and template in (None, "dataset_pseudo_labels"):
+        from .labeling.pseudo_relevance import write_dataset_card
+
+        with _published_folder(out, overwrite, inputs, [Path(data).resolve().parent]) as tmp:
+            (tmp / "data").mkdir()
+            for split, ds in dd.items():  # the names the DoDress card's `configs` globs match
+                ds.to_parquet(str(tmp / "data" / f"{split}-00000-of-00001.parquet"))
+            stats = _public_values(stats)
+            (tmp / "stats.json").write_text(json.dumps(stats, indent=1, default=str))
+            write_dataset_card(tmp, stats, command=stats.get("command"),
+                               repo_id=repo_id or f"{PLACEHOLDER_OWNER}/{out.resolve().name}")
+        return out
+    tpl = _template(template or "dataset", "datasets")
+    with _published_folder(out, overwrite, inputs,
+                           [Path(data).resolve().parent] if isinstance(data, (str, os.PathLike)) else []) as tmp:
+        _write_dataset(dd, tmp, out, tpl, repo_id=repo_id, card_data=card_data, card_vars=card_vars, license=license)
+    return out
+
+
+def _split_configs(dd) -> list[dict]:
+    """The card's ``configs``: one ``default`` config holding every split when they share their
+    columns; otherwise (a dataset cannot mix schemas) the first split is ``default`` and every other
+    split a config of its own, named after it (``load_dataset(repo, "dev", split="dev")``)."""
+    names = list(dd)
+    same = all(dd[n].features == dd[names[0]].features for n in names)
+    groups = [("default", names)] if same else [("default", names[:1])] + [(n, [n]) for n in names[1:]]
+    return [{"config_name": c, "data_files": [{"split": s, "path": f"data/{s}.parquet"} for s in splits]}
+            for c, splits in groups]
+
+
+def _write_dataset(dd, out: Path, final: Path, tpl: Path, *, repo_id, card_data, card_vars, license) -> None:
     (out / "data").mkdir(parents=True, exist_ok=True)
     for split, ds in dd.items():
         ds.to_parquet(str(out / "data" / f"{split}.parquet"))
     meta = {"license": license, "task_categories": ["text-retrieval"], "tags": ["hf-dr"],
-            "configs": [{"config_name": "default",
-                         "data_files": [{"split": s, "path": f"data/{s}.parquet"} for s in dd]}],
-            **(card_data or {})}
+            "configs": _split_configs(dd), **(card_data or {})}
     first = next(iter(dd.values()))
-    repo_id = repo_id or f"{PLACEHOLDER_OWNER}/{out.resolve().name}"
+    repo_id = repo_id or f"{PLACEHOLDER_OWNER}/{final.resolve().name}"
     variables = dict(repo_id=repo_id, splits={s: len(ds) for s, ds in dd.items()},
+                     configs=[c["config_name"] for c in meta["configs"]],
                      n_rows=sum(len(ds) for ds in dd.values()),
                      features={k: str(v) for k, v in first.features.items()}, preview=_preview(first),
                      pretty_name=meta.get("pretty_name", repo_id.split("/")[-1]), **(card_vars or {}))
     card = render_card(tpl, meta, repo_type="dataset", **variables)
     card.save(out / "README.md")
-    return out
 
 
 def _preview(ds, n: int = 3, width: int = 80) -> str:
@@ -508,18 +658,17 @@ def prepare_space_folder(out_dir: str | os.PathLike, space_dir: str | os.PathLik
     if not (src / "app.py").is_file() or not (src / "README.md").is_file():
         raise HubError(f"{src} is not a Space folder (app.py and README.md with Space front-matter expected)")
     out = Path(out_dir)
-    _fresh_dir(out, overwrite)
-    out.mkdir(parents=True, exist_ok=True)
-    for f in src.iterdir():
-        if f.is_file() and f.suffix in (".py", ".txt", ".md", ".json"):
-            shutil.copy2(f, out / f.name)
-    pkg = Path(__file__).resolve().parent
-    shutil.copytree(pkg, out / "hf_dr", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    readme = (out / "README.md").read_text()
-    if _SCREENSHOT.is_file():  # the README's screenshot link points into the repository's docs/
-        shutil.copy2(_SCREENSHOT, out / _SCREENSHOT.name)
-        readme = readme.replace("../../docs/img/search_demo.png", _SCREENSHOT.name)
-    (out / "README.md").write_text(readme)
+    with _published_folder(out, overwrite, local_inputs(src)) as tmp:
+        for f in src.iterdir():
+            if f.is_file() and f.suffix in (".py", ".txt", ".md", ".json"):
+                shutil.copy2(f, tmp / f.name)
+        pkg = Path(__file__).resolve().parent
+        shutil.copytree(pkg, tmp / "hf_dr", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        readme = (tmp / "README.md").read_text()
+        if _SCREENSHOT.is_file():  # the README's screenshot link points into the repository's docs/
+            shutil.copy2(_SCREENSHOT, tmp / _SCREENSHOT.name)
+            readme = readme.replace("../../docs/img/search_demo.png", _SCREENSHOT.name)
+        (tmp / "README.md").write_text(readme)
     return out
 
 

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 __all__ = ["OutputError", "output_folder", "check_output_folder", "atomic_write_text", "atomic_write_json",
-           "partial_folder", "publishable_modes"]
+           "partial_folder", "publishable_modes", "replace_folder", "check_writable", "one_line_warnings", "public_name", "scrub_local_paths", "local_inputs"]
 
 
 class OutputError(ValueError):
@@ -48,6 +48,12 @@ def check_output_folder(out: str | os.PathLike, *, overwrite: bool = False,
     """
     out = Path(out).expanduser()
     resolved = out.resolve()
+    for special, what in ((Path.cwd().resolve(), "the current directory"), (Path.home().resolve(), "the home folder")):
+        if resolved == special:  # replaced as a whole, even when empty: the shell would be left in a deleted folder
+            raise OutputError(f"refusing to write into {what} ({out}): the output folder is replaced as a whole; "
+                              "give a new folder")
+    if resolved.parent == resolved:
+        raise OutputError(f"refusing to write into the filesystem root {out}: give a new folder")
     if out.exists() and not out.is_dir():
         raise OutputError(f"{out} exists and is not a folder")
     if out.is_dir() and any(out.iterdir()):
@@ -61,14 +67,27 @@ def check_output_folder(out: str | os.PathLike, *, overwrite: bool = False,
                     "the home folder" if p == Path.home().resolve() else f"the input {p}"
                 raise OutputError(f"refusing to overwrite {out}: it {'is' if p == resolved else 'contains'} "
                                   f"{what}; choose another output folder")
-        if resolved.parent == resolved:
-            raise OutputError(f"refusing to overwrite the filesystem root {out}")
-    parent = resolved.parent
-    while not parent.exists() and parent.parent != parent:
-        parent = parent.parent
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputError(f"cannot write {out}: {parent} is not writable")
+    check_writable(out)
     return out
+
+
+def check_writable(path: str | os.PathLike) -> Path:
+    """The nearest existing folder of ``path`` (itself or a parent) accepts a new entry: checked by
+    creating and removing one (``os.access`` says yes to root and knows nothing of read-only
+    mounts). :class:`OutputError` otherwise, e.g. when a parent is a file."""
+    import tempfile
+
+    path = Path(path).expanduser()
+    where = path.resolve() if path.is_dir() else path.resolve().parent
+    while not where.exists() and where.parent != where:
+        where = where.parent
+    if not where.is_dir():
+        raise OutputError(f"cannot write {path}: {where} is a file, not a folder")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".hf-dr-probe-", dir=where))
+    except OSError as e:
+        raise OutputError(f"cannot write {path}: {where} is not writable ({e.strerror or e})") from None
+    return path
 
 
 def _tmp_sibling(out: Path, tag: str) -> Path:
@@ -98,11 +117,20 @@ def output_folder(out: str | os.PathLike, *, overwrite: bool = False,
             shutil.rmtree(tmp, ignore_errors=True)
         raise
     publishable_modes(tmp)
+    replace_folder(tmp, out)
+
+
+def replace_folder(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Rename ``src`` to ``dst``; an existing ``dst`` is moved aside first and deleted only once
+    ``src`` is in place, so ``dst`` is always a whole folder (the old one or the new one)."""
+    src, dst = Path(src), Path(dst)
     old = None
-    if out.exists():
-        old = _tmp_sibling(out, "old")
-        os.replace(out, old)
-    os.replace(tmp, out)
+    if dst.exists():
+        old = _tmp_sibling(dst, "old")
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(dst, old)
+    os.replace(src, dst)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 
@@ -128,6 +156,19 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return path
 
 
+def one_line_warnings(prefix: str | None = None) -> None:
+    """Show Python warnings as one line, ``[prefix: ]warning: message`` (no file path, no raw source
+    line): for the command line and the example scripts, never set by the library itself."""
+    import sys
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        kind = "warning" if category is UserWarning else category.__name__
+        print(f"{prefix}: {kind}: {message}" if prefix else f"{kind}: {message}", file=file or sys.stderr)
+
+    warnings.showwarning = show
+
+
 def atomic_write_json(path: str | os.PathLike, obj, **kwargs) -> Path:
     kwargs.setdefault("indent", 2)
     return atomic_write_text(path, json.dumps(obj, **kwargs) + "\n")
@@ -147,3 +188,79 @@ def publishable_modes(folder: str | os.PathLike) -> None:
             p = os.path.join(root, f)
             if not os.path.islink(p) and stat.S_ISREG(os.lstat(p).st_mode):
                 os.chmod(p, 0o644)
+
+
+def local_inputs(*paths) -> list[str]:
+    """The arguments that name existing local files or folders (a Hub id is not an input that an
+    overwrite could delete): the ``inputs=`` of :func:`output_folder`."""
+    return [str(p) for p in paths if p and Path(str(p)).expanduser().exists()]
+
+
+def public_name(value) -> str | None:
+    """What a published file may say about ``value``: a Hub id (or any non-path string) as is, a
+    local path by its last component only (a path of this machine means nothing elsewhere)."""
+    if value is None:
+        return None
+    s = str(value)
+    if s.startswith(("/", "~", "./", "../")) or os.path.isabs(s) or (os.sep in s and Path(s).expanduser().exists()) \
+            or s.count("/") > 1:
+        name = Path(s.rstrip("/")).name
+        return name or s
+    return s
+
+
+#: files of a published folder that may quote a local path (code is left alone)
+_TEXT_SUFFIXES = (".json", ".md", ".txt", ".yaml", ".yml", ".cfg", ".jsonl")
+
+
+def _is_vocabulary(p: Path) -> bool:
+    """Tokenizer files: their strings are tokens (``/usr`` may be one), never paths to rewrite."""
+    name = p.name.lower()
+    return name.startswith(("tokenizer", "vocab", "merges", "special_tokens_map", "added_tokens", "spiece"))
+
+
+def _path_roots(extra: Iterable[str | os.PathLike | None]) -> list[str]:
+    import sys
+    import tempfile
+
+    cands = [Path.cwd(), Path.home(), Path(tempfile.gettempdir()), Path(__file__).resolve().parent.parent,
+             Path(sys.prefix), *[Path(str(e)).expanduser().absolute() for e in extra if e]]
+    roots = set()
+    for c in cands:
+        for r in (c, c.resolve()):
+            s = str(r).rstrip("/")
+            if len(s) > 1 and s.count("/") >= 1:
+                roots.add(s)
+    return sorted(roots, key=len, reverse=True)
+
+
+def scrub_local_paths(folder: str | os.PathLike, extra_roots: Iterable[str | os.PathLike | None] = ()) -> list[Path]:
+    """Replace, in every text file of ``folder`` (cards, JSON configs, training info), each absolute
+    path under a local root (the current and home folders, the temporary folder, this package's
+    checkout, ``extra_roots``) by its last component: a published folder names no path of this
+    machine. Returns the files changed."""
+    import re
+
+    roots = _path_roots(extra_roots)
+    if not roots:
+        return []
+    pattern = re.compile("(?:" + "|".join(re.escape(r) for r in roots) + r")(?:/[^\s\"'`<>|()\[\]{},;]*)?(?![\w.-])")
+
+    def repl(m: re.Match) -> str:
+        return Path(m.group(0).rstrip("/")).name or "."
+
+    changed = []
+    for root, _, files in os.walk(folder):
+        for f in files:
+            p = Path(root) / f
+            if p.suffix.lower() not in _TEXT_SUFFIXES or p.is_symlink() or _is_vocabulary(p):
+                continue
+            try:
+                text = p.read_text(encoding="utf-8")
+            except (UnicodeDecodeError, OSError):
+                continue
+            new = pattern.sub(repl, text)
+            if new != text:
+                p.write_text(new, encoding="utf-8")
+                changed.append(p)
+    return changed

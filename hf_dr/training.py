@@ -8,18 +8,165 @@ resume, mixed precision, gradient accumulation and multi-GPU (``accelerate launc
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass, field
-
+import contextlib
+import json
+import logging
 import os
+import re
+import shutil
+import warnings
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from transformers import PreTrainedModel, Trainer, TrainingArguments
 from transformers.trainer import TRAINING_ARGS_NAME
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
+from .io import public_name, publishable_modes, replace_folder
 from .objectives import ContrastiveObjective
 
-__all__ = ["RetrievalTrainer", "RetrievalTrainingArguments"]
+__all__ = ["RetrievalTrainer", "RetrievalTrainingArguments", "CheckpointError", "resolve_checkpoint",
+           "last_complete_checkpoint", "is_complete_checkpoint", "final_output", "portable_reference",
+           "quiet_progress_bars"]
+
+logger = logging.getLogger(__name__)
+
+TRAINER_STATE_NAME = "trainer_state.json"
+_CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+_STAGING_PREFIX = f".staging-{PREFIX_CHECKPOINT_DIR}-"
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json", "adapter_model.safetensors", "adapter_model.bin")
+_LAST = {"last", "true", "latest", "yes", "1"}
+_NONE = {"", "no", "none", "false", "0"}
+
+
+# ---------------------------------------------------------------------- checkpoints
+class CheckpointError(ValueError):
+    """A checkpoint asked for (``--resume_from_checkpoint``) does not exist or is incomplete."""
+
+
+def is_complete_checkpoint(path: str | os.PathLike) -> bool:
+    """A checkpoint folder that a finished save left: a readable ``trainer_state.json`` (Trainer
+    writes it last) and model weights. Folders half-written by a killed run fail this."""
+    p = Path(path)
+    try:
+        json.loads((p / TRAINER_STATE_NAME).read_text())
+    except (OSError, ValueError):
+        return False
+    return any((p / f).is_file() for f in _WEIGHT_FILES)
+
+
+def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
+    """The newest complete ``checkpoint-N`` folder of ``output_dir`` (``None`` when there is none).
+    Incomplete ones (a run killed while saving, before checkpoints were written atomically) are
+    skipped with one warning line."""
+    d = Path(output_dir)
+    if not d.is_dir():
+        return None
+    found = sorted(((int(m.group(1)), c) for c in d.iterdir()
+                    if c.is_dir() and (m := _CHECKPOINT_RE.match(c.name))), reverse=True)
+    skipped = []
+    for _, c in found:
+        if is_complete_checkpoint(c):
+            if skipped:
+                logger.warning("skipped incomplete checkpoint(s) %s (no readable %s or weights: a run killed while "
+                               "saving); using %s", ", ".join(skipped), TRAINER_STATE_NAME, c.name)
+            return str(c)
+        skipped.append(c.name)
+    if skipped:
+        logger.warning("skipped incomplete checkpoint(s) %s in %s (no readable %s or weights)",
+                       ", ".join(skipped), d, TRAINER_STATE_NAME)
+    return None
+
+
+def resolve_checkpoint(output_dir: str | os.PathLike, resume_from_checkpoint: str | bool | None = None, *,
+                       auto: bool = False) -> str | None:
+    """The checkpoint folder to resume from, or ``None`` to start from scratch.
+
+    ``resume_from_checkpoint``: a checkpoint folder; ``True`` / ``"last"`` / ``"true"`` = the newest
+    complete checkpoint under ``output_dir`` (:class:`CheckpointError` when there is none);
+    ``False`` / ``"no"`` / ``"none"`` = start from scratch; ``None`` (not given) = the newest
+    complete checkpoint when ``auto`` is true and one exists (logged on one line), else scratch.
+    """
+    if resume_from_checkpoint is None:
+        if not auto:
+            return None
+        found = last_complete_checkpoint(output_dir)
+        if found is not None:
+            logger.warning("resuming from %s (found in the output folder); pass --resume_from_checkpoint no to "
+                           "start over", found)
+        return found
+    if isinstance(resume_from_checkpoint, bool):
+        value = "last" if resume_from_checkpoint else "no"
+    else:
+        value = str(resume_from_checkpoint).strip()
+    if value.lower() in _NONE:
+        return None
+    if value.lower() in _LAST and not Path(value).is_dir():
+        found = last_complete_checkpoint(output_dir)
+        if found is None:
+            raise CheckpointError(f"--resume_from_checkpoint {value}: no complete checkpoint in {output_dir} "
+                                  f"(nothing to resume; drop the flag to start from scratch)")
+        return found
+    p = Path(value)
+    if not p.is_dir():
+        raise CheckpointError(f"--resume_from_checkpoint {value}: no such checkpoint folder "
+                              f"(give a {PREFIX_CHECKPOINT_DIR}-N folder, or 'last' for the newest in --output_dir)")
+    if not is_complete_checkpoint(p):
+        raise CheckpointError(f"--resume_from_checkpoint {value}: incomplete checkpoint (no readable "
+                              f"{TRAINER_STATE_NAME} or weights); use 'last' for the newest complete one")
+    return str(p)
+
+
+# ---------------------------------------------------------------------- final output
+_OLD_WEIGHTS_RE = re.compile(r"^(model|pytorch_model|adapter_model)([-.].*)?\.(safetensors|bin|json)$")
+
+
+@contextlib.contextmanager
+def final_output(output_dir: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary sibling of ``output_dir`` to write the trained model into; on success it
+    replaces ``output_dir`` in one rename, with files 0644 / folders 0755. What training left in
+    ``output_dir`` (checkpoints, logs, other files) is kept, unless the new model has a file of the
+    same name; old weight files (``model*.safetensors``, shards, indexes) are dropped so they never
+    mix with the new ones. ``training_args.bin`` (a pickle holding local paths) is left out. On an
+    error the temporary folder is removed and ``output_dir`` is as it was."""
+    out = Path(output_dir).expanduser()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.final-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        yield tmp
+        (tmp / TRAINING_ARGS_NAME).unlink(missing_ok=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if out.is_dir():
+        def order(e: Path):  # plain renames, the newest checkpoint last
+            m = _CHECKPOINT_RE.match(e.name)
+            return (1, int(m.group(1))) if m else (0, 0)
+
+        for e in sorted(out.iterdir(), key=order):
+            if (tmp / e.name).exists() or e.name.startswith(_STAGING_PREFIX) or e.name == TRAINING_ARGS_NAME \
+                    or (e.is_file() and _OLD_WEIGHTS_RE.match(e.name)):
+                continue
+            os.replace(e, tmp / e.name)
+    publishable_modes(tmp)
+    replace_folder(tmp, out)
+
+
+def portable_reference(path_or_id: str | os.PathLike | None) -> tuple[str | None, bool]:
+    """``(reference, is_local)`` to record in ``train_info.json``: a Hub id (or anything that is not
+    a local path) as given; a local file or folder by its name only, so no absolute local path
+    lands in a published folder."""
+    if path_or_id is None:
+        return None, False
+    local = Path(str(path_or_id)).expanduser().exists()
+    return (Path(str(path_or_id)).expanduser().resolve().name if local else public_name(path_or_id)), local
 
 
 @dataclass
@@ -49,6 +196,8 @@ class RetrievalTrainer(Trainer):
         self.evaluator = evaluator
         if getattr(self.args, "remove_unused_columns", False):
             self.args.remove_unused_columns = False
+        if self.args.dataloader_pin_memory and self.args.device.type == "cpu":
+            self.args.dataloader_pin_memory = False  # nothing to pin to (and torch warns on every epoch)
         self.objective = objective if objective is not None else ContrastiveObjective()
         # objectives that follow the training schedule (e.g. FLOPS weight warm-up) bring callbacks
         for cb in getattr(self.objective, "trainer_callbacks", lambda: [])():
@@ -77,6 +226,55 @@ class RetrievalTrainer(Trainer):
             self._objective_logs.clear()
         super().log(logs, *args, **kwargs)
 
+    # ------------------------------------------------------------------ resume
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
+        """``Trainer.train``; ``resume_from_checkpoint`` as :func:`resolve_checkpoint` reads it
+        (a folder, ``True`` / ``"last"`` = the newest *complete* checkpoint of ``output_dir``,
+        ``"no"``), raising :class:`CheckpointError` for a missing or incomplete one."""
+        resume = resolve_checkpoint(self.args.output_dir, resume_from_checkpoint)
+        return super().train(resume, *args, **kwargs)
+
+    # ------------------------------------------------------------------ atomic checkpoints
+    def _get_output_dir(self, trial) -> str:
+        staging = getattr(self, "_staging_run_dir", None)
+        return staging if staging is not None else super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """Write ``checkpoint-N`` into a hidden staging folder of the run folder, then rename it into
+        place, so a run killed while saving leaves no half-written ``checkpoint-N`` behind."""
+        if self.args.push_to_hub:  # Trainer uploads the folder in the background: keep its path
+            return super()._save_checkpoint(model, trial)
+        run_dir = Path(super()._get_output_dir(trial))
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        staging = run_dir / f"{_STAGING_PREFIX}{self.state.global_step}"
+        if self.args.should_save and staging.exists():
+            shutil.rmtree(staging)  # left by a run killed while saving
+        self.accelerator.wait_for_everyone()
+        staged, final = staging / name, run_dir / name
+        best_before = self.state.best_model_checkpoint
+        self._staging_run_dir = str(staging)
+        try:
+            super()._save_checkpoint(model, trial)
+        except BaseException:
+            if self.args.should_save:
+                shutil.rmtree(staging, ignore_errors=True)
+            raise
+        finally:
+            self._staging_run_dir = None
+        if self.state.best_model_checkpoint == str(staged):  # this checkpoint is the best: name its real place
+            self.state.best_model_checkpoint = str(final)
+            if self.args.should_save and (staged / TRAINER_STATE_NAME).is_file():
+                self.state.save_to_json(str(staged / TRAINER_STATE_NAME))
+        elif self.state.best_model_checkpoint is None and best_before is not None:
+            self.state.best_model_checkpoint = best_before
+        self.accelerator.wait_for_everyone()
+        if self.args.should_save:
+            replace_folder(staged, final)
+            shutil.rmtree(staging, ignore_errors=True)
+            rotate_checkpoints(output_dir=str(run_dir), save_total_limit=self.args.save_total_limit,
+                               best_model_checkpoint=self.state.best_model_checkpoint)
+        self.accelerator.wait_for_everyone()
+
     # Encoders that are plain nn.Modules (DenseEncoder) save and reload themselves through
     # save_pretrained / load_weights, so checkpoints are loadable folders and resume works.
     def _plain_encoder(self, model=None):
@@ -96,14 +294,56 @@ class RetrievalTrainer(Trainer):
         if tok is not None and self.processing_class is None:
             tok.save_pretrained(output_dir)
 
+    def _load_weights(self, folder: str, model=None) -> None:
+        """Load a checkpoint's weights through the model's own loader: ``load_weights`` (plain
+        encoders), ``load_checkpoint_weights`` (e.g. DDR: the REM only, the frozen DAM stays), or
+        the safetensors file with tied / shared weights accounted for -- no spurious missing-key
+        reports; a real mismatch is an error."""
+        m = self.accelerator.unwrap_model(model if model is not None else self.model)
+        if hasattr(m, "load_weights") and not isinstance(m, PreTrainedModel):
+            m.load_weights(folder)
+        elif hasattr(m, "load_checkpoint_weights"):
+            m.load_checkpoint_weights(folder)
+        else:
+            load_state_dict_checked(m, folder)
+        logger.info("loaded the weights of %s", folder)
+
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
-        plain = self._plain_encoder(model)
-        if plain is None:
+        if self.is_deepspeed_enabled or self.is_fsdp_enabled or \
+                not (Path(resume_from_checkpoint) / "model.safetensors").is_file():
             return super()._load_from_checkpoint(resume_from_checkpoint, model)
-        plain.load_weights(resume_from_checkpoint)
+        self._load_weights(resume_from_checkpoint, model)
 
     def _load_best_model(self):
-        plain = self._plain_encoder()
-        if plain is None:
+        best = self.state.best_model_checkpoint
+        if self.is_deepspeed_enabled or self.is_fsdp_enabled or best is None or \
+                not (Path(best) / "model.safetensors").is_file():
             return super()._load_best_model()
-        plain.load_weights(self.state.best_model_checkpoint)
+        self._load_weights(best)
+
+
+def load_state_dict_checked(model: torch.nn.Module, folder: str | os.PathLike) -> None:
+    """Load ``folder/model.safetensors`` into ``model``. Keys absent from the file because they
+    share storage with a key that is there (tied embeddings / decoder) are expected; any other
+    missing or unexpected key is a :class:`CheckpointError`."""
+    from safetensors.torch import load_file
+
+    state = load_file(str(Path(folder) / "model.safetensors"))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing:
+        own = model.state_dict(keep_vars=True)
+        present = {own[k].data_ptr() for k in state if k in own}
+        missing = [k for k in missing if own[k].data_ptr() not in present]
+    if missing or unexpected:
+        raise CheckpointError(f"{folder}: weights do not fit this model (missing {sorted(missing)[:3]}, "
+                              f"unexpected {sorted(unexpected)[:3]})")
+
+
+def quiet_progress_bars() -> None:
+    """Turn off the transformers (weight loading / saving) and datasets progress bars; for scripts
+    run with ``--disable_tqdm true``."""
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    datasets.disable_progress_bars()

@@ -53,3 +53,26 @@ def test_evaluate_dense_end_to_end_with_real_minilm(tmp_path):
     m = json.loads((out / "metrics.json").read_text())
     assert m["encoder"] == "DenseEncoder" and m["n_queries"] == 40
     assert m["metrics"]["ndcg@10"] > 0.6  # MiniLM scores 0.645 on the full corpus; easier on a subset
+
+
+def test_quiet_output_and_verbose_shows_everything(tmp_path):
+    """A BM25 run prints the table and nothing on stderr (bm25s sets its own logger to DEBUG on
+    import: "DEBUG bm25s: Building index..." used to appear on every run); -v shows it."""
+    import os
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "hf_dr.cli", "evaluate", "--data", str(SAMPLE), "--max-queries", "3"]
+    quiet = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "| bm25 |" in quiet.stdout and quiet.stderr == ""
+    verbose = subprocess.run(cmd[:3] + ["-v"] + cmd[3:], capture_output=True, text=True, timeout=300, env=env)
+    assert verbose.returncode == 0 and "DEBUG bm25s" in verbose.stderr
+
+
+def test_argument_errors_are_one_line_and_exit_2(capsys):
+    assert main(["evaluate", "--data", str(SAMPLE), "--top-k", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        "hf-dr evaluate: error: argument --top-k: must be a positive integer (at least 1), got 0 "
+        "(see hf-dr evaluate --help)"]
+    assert main(["--help"]) == 0 and "evaluate" in capsys.readouterr().out

@@ -87,3 +87,31 @@ def test_self_match_flag():
     arguana = need(DATA / "arguana")
     with pytest.warns(UserWarning):
         assert load_beir(arguana).ignore_identical_ids is True
+
+
+@pytest.mark.parametrize("path, local", [
+    ("./nope/scifact", True), ("/abs/scifact", True), ("~/scifact", True), ("a/b/c", True), ("a\\b", True),
+    ("hf_dr/scifcat", True),  # first component exists here (the repository root)
+    ("BeIR/scifact", False), ("mteb/scifact", False), ("scifact", False), ("a/b c", True), ("a/..b", True),
+])
+def test_looks_local(path, local, monkeypatch):
+    from hf_dr.data import looks_local
+
+    from .conftest import REPO
+
+    monkeypatch.chdir(REPO)
+    assert looks_local(path) is local
+
+
+def test_a_local_looking_path_is_never_sent_to_the_hub(tmp_path, monkeypatch):
+    import datasets
+
+    def hub(*a, **k):
+        raise AssertionError("contacted the Hub")
+
+    monkeypatch.setattr(datasets, "load_dataset", hub)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    for path in ("data/scifcat", "./data/scifact", str(tmp_path / "x" / "y")):
+        with pytest.raises(BeirFormatError, match=f"{path}: no such BEIR folder"):
+            load_beir(path)

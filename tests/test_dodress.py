@@ -151,7 +151,9 @@ def test_end_to_end_on_a_scifact_slice(tmp_path, tiny_encoder, scifact200, negat
         per_q.setdefault(r["query_id"], []).append(r)
     assert all(len(v) == 6 and len({x["pos_id"] for x in v}) == 2 for v in per_q.values())
     # negatives never include one of the query's pseudo-positives; positives outrank negatives
-    rerank = next((tmp_path / "out" / "cache").glob("rerank-*.json"))
+    # the stage cache lives beside the output folder (which is written whole), not inside it
+    assert not (tmp_path / "out" / "cache").exists()
+    rerank = next((tmp_path / ".out.cache").glob("rerank-*.json"))
     import json
 
     reranked = json.loads(rerank.read_text())["value"]
@@ -190,7 +192,7 @@ def test_stages_are_cached_and_invalidated(tmp_path, tiny_encoder, scifact200, m
     assert set(first.stats["cache"]["computed"]) == {"bm25", "doc_embeddings", "query_embeddings", "rerank",
                                                       "dense_run", "triplets"}
     n = calls["corpus"]
-    again = _label(scifact200, tmp_path / "a", tiny_encoder, cache)
+    again = _label(scifact200, tmp_path / "a2", tiny_encoder, cache)
     assert again.stats["cache"]["computed"] == [] and calls["corpus"] == n
     assert again.train["neg_id"] == first.train["neg_id"]
     # a sampler parameter: only the triplets are redone

@@ -202,3 +202,76 @@ def test_cli_encode_then_evaluate_with_embeddings(tiny_bert_dir, tmp_path, capsy
                  "--embeddings", str(tmp_path / "emb")]) == 2
     err = capsys.readouterr().err
     assert "encoded by another model" in err and "Traceback" not in err
+
+
+def test_cli_encode_writes_the_folder_whole_and_resumes_after_a_kill(tiny_bert_dir, tmp_path, capsys, monkeypatch):
+    """hf-dr encode works in a hidden .NAME.partial folder beside its output and renames it into place
+    when every shard is done: the output is complete or absent, and a re-run resumes the partial work."""
+    import shutil
+
+    import hf_dr.embeddings as E
+
+    out = tmp_path / "emb"
+    argv = ["encode", "--data", str(SAMPLE), "--model", str(tiny_bert_dir), "--output", str(out),
+            "--shard-size", "100", "--no-progress"]
+    real = E._write_atomic
+    written = []
+
+    def killed_at_shard_2(path, write):
+        if path.name == "00002.npy":
+            raise Crash("killed")
+        written.append(path.name)
+        return real(path, write)
+
+    monkeypatch.setattr(E, "_write_atomic", killed_at_shard_2)
+    with pytest.raises(Crash):
+        main(argv)
+    partial = tmp_path / ".emb.partial"
+    assert not out.exists() and sorted(p.name for p in (partial / "shards").glob("*.json")) == ["00000.json",
+                                                                                                  "00001.json"]
+    # the same command again: only the unfinished shards are encoded, then the folder appears whole
+    written.clear()
+    monkeypatch.setattr(E, "_write_atomic", lambda path, write: (written.append(path.name), real(path, write))[1])
+    assert main(argv) == 0
+    assert sorted(n for n in written if n.endswith(".npy")) == ["00002.npy", "00003.npy", "00004.npy"]
+    assert not partial.exists() and len(Embeddings(out)) == 500
+    assert {oct(p.stat().st_mode & 0o777) for p in out.rglob("*") if p.is_file()} == {"0o644"}
+    capsys.readouterr()
+    # a complete folder is not replaced without --overwrite; with it, once the new one is complete
+    assert main(argv) == 2 and "not empty" in capsys.readouterr().err
+    assert main([*argv, "--overwrite", "--max-length", "16"]) == 0
+    assert Embeddings(out).manifest["max_length"] == 16
+    # a folder of the user's, and an --overwrite that would delete the --data folder: refused before any work
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    assert main([*argv[:-5], "--output", str(tmp_path / "mine"), "--no-progress"]) == 2
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+    data = tmp_path / "work" / "scifact-mini"
+    shutil.copytree(SAMPLE, data)
+    assert main(["encode", "--data", str(data), "--model", str(tiny_bert_dir), "--output", str(tmp_path / "work"),
+                 "--overwrite", "--no-progress"]) == 2
+    assert "contains the input" in capsys.readouterr().err and (data / "corpus.jsonl").is_file()
+
+
+def test_cli_encode_partial_work_of_other_settings(tiny_bert_dir, tmp_path, capsys, monkeypatch):
+    import hf_dr.embeddings as E
+
+    argv = ["encode", "--data", str(SAMPLE), "--model", str(tiny_bert_dir), "--output", str(tmp_path / "emb"),
+            "--shard-size", "250", "--no-progress"]
+    real = E._write_atomic
+
+    def killed(path, write):
+        if path.name == "00001.npy":
+            raise Crash("killed")
+        return real(path, write)
+
+    monkeypatch.setattr(E, "_write_atomic", killed)
+    with pytest.raises(Crash):
+        main(argv)
+    monkeypatch.setattr(E, "_write_atomic", real)
+    # resumed with other settings: refused (the partial work is kept); --overwrite starts again
+    assert main([*argv, "--max-length", "16"]) == 2
+    assert "begun with other settings" in capsys.readouterr().err
+    assert (tmp_path / ".emb.partial" / "shards" / "00000.json").is_file()
+    assert main([*argv, "--max-length", "16", "--overwrite"]) == 0
+    assert Embeddings(tmp_path / "emb").manifest["max_length"] == 16 and not (tmp_path / ".emb.partial").exists()

@@ -174,6 +174,7 @@ def test_the_space_searches_only_its_configured_collection(setup, tmp_path, tiny
     index_embeddings(store, [emb], show_progress_bar=False)
     store.close()
     query = next(iter(s["data"].split_queries().values()))
-    hits = engine.search(str(SAMPLE), "Qdrant", query, top_k=5)
+    name = next(iter(cfg.corpus_map()))  # visitors choose a configured name, never a path
+    hits = engine.search(name, "Qdrant", query, top_k=5)
     want = EncoderRetriever.from_embeddings(engine.dense_model(), emb).search({"q": query}, 5)["q"]
     assert [h["doc_id"] for h in hits] == list(want) and all(h["text"] for h in hits)

@@ -136,3 +136,20 @@ def test_self_match_removal_changes_arguana_scores():
     removed = evaluate_run(qrels, run, ignore_identical_ids=True).aggregate["ndcg@10"]
     assert sum(q in run[q] for q in qids) > 150  # the query itself is usually BM25's top hit
     assert removed > kept + 0.05
+
+
+def test_bm25_unknown_stemmer_or_stopwords_is_a_clear_error():
+    from hf_dr.retrieval import BM25Index
+
+    with pytest.raises(ValueError, match="unknown stemmer 'klingon'.*english"):
+        BM25Index(["d1"], ["text"], stemmer="klingon")
+    with pytest.raises(ValueError, match="unknown stopwords 'klingon'"):
+        BM25Index(["d1"], ["text"], stopwords="klingon")
+    assert len(BM25Index(["d1"], ["text"], stemmer="none", stopwords="none")) == 1
+
+
+def test_bm25_corpus_without_terms_is_a_clear_error():
+    from hf_dr.retrieval import BM25Index
+
+    with pytest.raises(ValueError, match="none of the 2 documents has a term to index"):
+        BM25Index(["d1", "d2"], ["a b", "the of"])

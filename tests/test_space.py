@@ -1,6 +1,10 @@
 """The search Space as a person uses it: start ``spaces/search_demo/app.py`` on localhost (port from
 GRADIO_SERVER_PORT), query it through gradio_client, check the ranked lists and the readable
-messages for bad input (empty query, a folder that is not BEIR, a DAM that does not fit)."""
+messages for bad input (empty query, a corpus that is not configured, a DAM that does not fit).
+
+And as an untrusted visitor uses it: every endpoint refuses corpora the owner did not configure
+(other folders, ``../``, Hub ids), no message carries a server path, a build on one corpus does not
+hold up searches on another, and built indexes live in a bounded cache."""
 
 from __future__ import annotations
 
@@ -49,7 +53,7 @@ def space(tiny_bert_dir, tmp_path_factory):
     env = {"HF_HUB_OFFLINE": "1", "HF_DR_CORPUS": str(corpus), "HF_DR_DENSE_MODEL": str(tiny_bert_dir),
            "HF_DR_SPLADE_MODEL": str(tmp / "splade"), "HF_DR_DDR_REM": str(tmp / "rem"),
            "HF_DR_DDR_DAMS": str(tmp / "dams"), "HF_DR_DEVICE": "cpu", "OMP_NUM_THREADS": "1",
-           "HF_DR_BERM_MODEL": ""}
+           "HF_DR_BERM_MODEL": "", "HF_DR_BUILD_WAIT": "600"}  # a slow machine waits for a build, never says "try again"
     proc, port = start_app(env, log_path=tmp / "server.log")  # GRADIO_SERVER_PORT = a free port
     try:
         from gradio_client import Client
@@ -60,9 +64,9 @@ def space(tiny_bert_dir, tmp_path_factory):
         stop_app(proc)
 
 
-def _query(space, retriever, query, *, corpus=None, dam="source DAM (the REM's own)", idf=True, k=5):
-    status, html, table = space["client"].predict(str(corpus or space["corpus"]), retriever, dam, idf, k, query,
-                                                  api_name="/search")
+def _query(space, retriever, query, *, corpus="corpus", dam="source DAM (the REM's own)", idf=True, k=5):
+    """``corpus``: a name in the Space's list (HF_DR_CORPUS's folder is named ``corpus``)."""
+    status, html, table = space["client"].predict(corpus, retriever, dam, idf, k, query, api_name="/search")
     return status, html, table["data"] if isinstance(table, dict) else table
 
 
@@ -101,16 +105,237 @@ def test_splade_shows_matched_term_weights(space):
     assert [r[2] for r in rows_plain] != [r[2] for r in rows]  # IDF re-weights the stored vectors
 
 
-def test_bad_input_gives_readable_messages(space, tmp_path):
+def test_bad_input_gives_readable_messages(space):
     status, html, rows = _query(space, "BM25", "   ")
     assert "Type a query" in status and rows == [] and "Traceback" not in status
-    (tmp_path / "notes.txt").write_text("not a corpus")
-    status, _, rows = _query(space, "BM25", QUERY, corpus=tmp_path)
-    assert "not a BEIR folder" in status and "corpus.jsonl" in status and rows == []
     status, _, rows = _query(space, "DDR", QUERY, dam="wrong-size")
     assert "does not fit" in status and "hidden_size" in status and rows == []
+    assert str(space["tmp"]) not in status and "<path>" not in status  # the DAM is named, not its folder
     status, _, rows = _query(space, "DDR", QUERY, dam="scifact")  # the fitting DAM still works afterwards
     assert "⚠️" not in status and len(rows) == 5
+    assert "corpus “corpus”" in status and str(space["corpus"]) not in status
+
+
+def test_the_running_space_refuses_other_folders(space, tmp_path):
+    """Through gradio_client, as any client of the API: other folders, ``../`` and Hub ids are refused
+    (by the dropdown's check or the app's), and nothing of those folders nor their paths comes back."""
+    other = _marked_beir(tmp_path / "other")
+    for value in _hostile_corpora(other, space["corpus"]):
+        try:
+            out = space["client"].predict(value, "BM25", "source DAM (the REM's own)", True, 5, QUERY,
+                                          api_name="/search")
+        except Exception as e:  # noqa: BLE001 - gradio's own refusal of a value not in the list
+            out = str(e)
+        text = json.dumps(out, default=str)
+        assert MARKER not in text and str(other) not in text.replace(str(value), "") and "Traceback" not in text
+    port = space["client"].src.rstrip("/").rsplit(":", 1)[1]
+    import httpx
+
+    for f in ("corpus.jsonl", "queries.jsonl"):  # gradio's file route does not serve it either
+        r = httpx.get(f"http://127.0.0.1:{port}/gradio_api/file={other / f}", timeout=30)
+        assert MARKER not in r.text
+
+
+# ------------------------------------------------------------------ untrusted visitors, in process
+MARKER = "zqxmarker7731"
+
+
+def _marked_beir(path: Path) -> Path:
+    """A BEIR folder the Space is not configured with: every document carries ``MARKER`` and the
+    words of ``QUERY`` (so any search of it would return the marker)."""
+    path.mkdir(parents=True)
+    docs = [{"_id": f"m{i}", "title": f"{MARKER} title {i}", "text": f"{MARKER} {QUERY} secret {i}"} for i in range(5)]
+    (path / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    (path / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": QUERY}) + "\n")
+    return path
+
+
+def _hostile_corpora(other: Path, configured: Path) -> list:
+    import os
+
+    rel = os.path.relpath(other)
+    return [str(other), str(other) + "/", f"{other}/../{other.name}", rel, "../" + other.name,
+            "./" + rel, f"file://{other}", other.name, "BeIR/scifact", "mteb/scifact", "scifact",
+            str(configured), str(configured / "corpus.jsonl"), "/etc", "/etc/passwd", "../../../../etc/passwd",
+            "corpus/../" + other.name, "", " corpus", "CORPUS", "~"]
+
+
+@pytest.fixture
+def app():
+    return _load_app()
+
+
+def _config(app, corpus: Path, **kw):
+    return app.SpaceConfig(corpus=str(corpus), prebuild=None, dense_model="unused", splade_model=None, **kw)
+
+
+def test_every_endpoint_serves_only_the_configured_corpus(app, tmp_path, monkeypatch, tiny_bert_dir):
+    """The acceptance test: the Space started with HF_DR_CORPUS set never returns text from any
+    other folder, whatever a client sends to any of its endpoints (each registered function of the
+    Blocks, called with hostile values in every argument)."""
+    corpus = _small_beir(tmp_path / "corpus")
+    other = _marked_beir(tmp_path / "other")
+    for k in ("HF_DR_CORPORA", "HF_DR_SPACE_CONFIG", "HF_DR_PREBUILD"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("HF_DR_CORPUS", str(corpus))
+    monkeypatch.setenv("HF_DR_PREBUILD", "")
+    monkeypatch.setenv("HF_DR_DENSE_MODEL", str(tiny_bert_dir))
+    monkeypatch.setenv("HF_DR_DEVICE", "cpu")
+    monkeypatch.setenv("HF_DR_BUILD_WAIT", "600")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = app.SpaceConfig.from_env()
+    assert cfg.corpus_map() == {"corpus": str(corpus)}
+    demo = app.build_demo(cfg)
+    fns = list(demo.fns.values())
+    assert fns and any(f.api_name == "search" for f in fns)
+    hostile = _hostile_corpora(other, corpus) + [None, 7, ["corpus"], {"path": str(other)}]
+    calls = 0
+    for f in fns:
+        defaults = [getattr(c, "value", None) for c in f.inputs]
+        for i in range(len(defaults)):
+            for value in hostile:
+                args = list(defaults)
+                args[i] = value
+                if i == 5 or (len(defaults) == 6 and not args[5]):
+                    args[5] = QUERY if i != 5 else value
+                out = f.fn(*args)
+                calls += 1
+                text = json.dumps(out, default=str)
+                assert MARKER not in text, (f.api_name, i, value)
+                assert str(other) not in text.replace(str(value), "") and str(tmp_path) not in text.replace(
+                    str(value), ""), (f.api_name, i, value, text)
+                assert "Traceback" not in text
+    assert calls > 100
+    search = next(f.fn for f in fns if f.api_name == "search")
+    status, _, rows = search(str(other), "BM25", None, True, 5, QUERY)
+    assert "unknown corpus" in status and rows == []
+    status, html, rows = search("corpus", "BM25", None, True, 5, QUERY)  # the configured corpus still answers
+    assert len(rows) == 5 and MARKER not in html and "corpus “corpus”" in status and str(corpus) not in status
+
+
+def test_the_corpus_list_shows_names_never_paths(app, tmp_path, monkeypatch):
+    a, b = _small_beir(tmp_path / "a"), _small_beir(tmp_path / "b")
+    monkeypatch.delenv("HF_DR_CORPUS", raising=False)
+    monkeypatch.delenv("HF_DR_SPACE_CONFIG", raising=False)
+    monkeypatch.setenv("HF_DR_CORPORA", f"alpha={a};\n beta = {b} ;")
+    cfg = app.SpaceConfig.from_env()
+    assert cfg.corpus_map() == {"alpha": str(a), "beta": str(b)}  # only these: not the bundled sample
+    monkeypatch.setenv("HF_DR_CORPUS", str(a))
+    assert list(app.SpaceConfig.from_env().corpus_map()) == ["a", "alpha", "beta"]
+    assert app.SpaceConfig(corpus=f"{b}", corpora=str(a)).corpus_map() == {"b": str(b), "a": str(a)}
+    with pytest.raises(ValueError, match="two corpora are named"):
+        app.SpaceConfig(corpus="", corpora=f"x={a};x={b}").corpus_map()
+    demo = app.build_demo(app.SpaceConfig(corpus="", corpora=f"alpha={a};beta={b}", prebuild=None))
+    config = json.dumps(demo.get_config_file(), default=str)
+    assert '"alpha"' in config and '"beta"' in config and str(tmp_path) not in config
+
+
+def test_errors_shown_to_visitors_carry_no_server_path(app, tmp_path, monkeypatch, caplog):
+    good = _small_beir(tmp_path / "good")
+    broken = tmp_path / "private" / "broken"
+    broken.mkdir(parents=True)
+    (broken / "notes.txt").write_text("not a corpus")
+    cfg = app.SpaceConfig(corpus="", corpora=f"good={good};broken={broken}", prebuild=None,
+                          dense_model=str(tmp_path / "private" / "no-such-model"), splade_model=None)
+    demo = app.build_demo(cfg)
+    search = next(f.fn for f in demo.fns.values() if f.api_name == "search")
+    status, _, rows = search("broken", "BM25", None, True, 5, QUERY)
+    assert "not a BEIR folder" in status and "corpus.jsonl" in status and "“broken”" in status and rows == []
+    status2, _, _ = search("good", "Dense", None, True, 5, QUERY)  # a model folder that is not there
+    status3, _, _ = search("good", "SPLADE-CAI", None, True, 5, QUERY)
+    assert "not configured" in status3
+    monkeypatch.setattr(demo.engine, "search", lambda *a, **k: (_ for _ in ()).throw(
+        RuntimeError(f"boom in {tmp_path}/private/secret.py line 3")))
+    status4, _, _ = search("good", "BM25", None, True, 5, QUERY)
+    assert "Unexpected error (RuntimeError)" in status4
+    for s in (status, status2, status3, status4):
+        assert str(tmp_path) not in s and "private" not in s and "Traceback" not in s and "⚠️" in s
+    assert str(tmp_path) in caplog.text  # ... the detail is in the server log
+    assert app._redact_paths("/srv/data/x.jsonl:3: bad, ../up/x and ./a/b; owner/name N/A") == \
+        "<path> bad, <path> and <path>; owner/name N/A"
+
+
+def test_a_build_does_not_hold_up_searches_on_other_corpora(app, tmp_path, monkeypatch):
+    """While corpus B's index is being built (held open by an Event), a BM25 search on corpus A
+    answers, and a search on B says the index is being built (without waiting for it)."""
+    a, b = _small_beir(tmp_path / "a"), _small_beir(tmp_path / "b", n_docs=40)
+    cfg = app.SpaceConfig(corpus="", corpora=f"A={a};B={b}", prebuild=None, build_wait=0)
+    engine = app.SearchEngine(cfg)
+    demo = app.build_demo(cfg, engine=engine)
+    search = next(f.fn for f in demo.fns.values() if f.api_name == "search")
+    assert len(engine.search("A", "BM25", QUERY, top_k=3, wait=60)) == 3  # A is built
+
+    started, release = __import__("threading").Event(), __import__("threading").Event()
+    real = engine._build_bm25
+
+    def slow_build(data):
+        started.set()
+        assert release.wait(60), "the test never released the build"
+        return real(data)
+
+    monkeypatch.setattr(engine, "_build_bm25", slow_build)
+    status, _, rows = search("B", "BM25", None, True, 5, QUERY)  # starts B's build, does not wait (build_wait=0)
+    assert started.wait(60)
+    assert "being built" in status and "“B”" in status and rows == [] and str(b) not in status
+    try:
+        assert engine._indexes.building() == [("B", "bm25")]
+        status, _, rows = search("A", "BM25", None, True, 5, QUERY)  # answers while B is still being built
+        assert len(rows) == 5 and "⚠️" not in status
+        assert engine._indexes.building() == [("B", "bm25")] and not release.is_set()
+        status, _, rows = search("B", "BM25", None, True, 5, QUERY)  # one build per key: still the same one
+        assert "being built" in status
+    finally:
+        release.set()
+    assert engine._indexes.wait_built(("B", "bm25"), timeout=60)
+    status, _, rows = search("B", "BM25", None, True, 5, QUERY)
+    assert len(rows) == 5 and "“B”" in status
+
+
+def test_a_failed_build_is_reported_and_retried(app, tmp_path, monkeypatch):
+    a = _small_beir(tmp_path / "a")
+    engine = app.SearchEngine(app.SpaceConfig(corpus=str(a), prebuild=None))
+    calls = []
+    real = engine._build_bm25
+
+    def flaky(data):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError(f"disk full at {tmp_path}")
+        return real(data)
+
+    monkeypatch.setattr(engine, "_build_bm25", flaky)
+    with pytest.raises(OSError):
+        engine.search("a", "BM25", QUERY, wait=60)
+    assert ("a", "bm25") not in engine._indexes._ready
+    assert len(engine.search("a", "BM25", QUERY, top_k=2, wait=60)) == 2 and len(calls) == 2
+
+
+def test_built_indexes_live_in_a_bounded_lru_cache(app, tmp_path, monkeypatch):
+    dirs = {n: _small_beir(tmp_path / n, n_docs=20) for n in "abc"}
+    monkeypatch.setenv("HF_DR_CACHE_SIZE", "2")
+    monkeypatch.setenv("HF_DR_CORPORA", ";".join(f"{n}={p}" for n, p in dirs.items()))
+    monkeypatch.setenv("HF_DR_PREBUILD", "")
+    monkeypatch.delenv("HF_DR_CORPUS", raising=False)
+    monkeypatch.delenv("HF_DR_SPACE_CONFIG", raising=False)
+    cfg = app.SpaceConfig.from_env()
+    assert cfg.cache_size == 2 and not cfg.prebuild
+    engine = app.SearchEngine(cfg)
+    for n in "abc":
+        assert engine.search(n, "BM25", QUERY, top_k=1, wait=60)
+    assert engine._indexes.keys() == [("b", "bm25"), ("c", "bm25")] and engine._indexes.evicted == 1
+    assert len(engine._corpora.keys()) == 2
+    assert engine.search("b", "BM25", QUERY, top_k=1, wait=60)  # b is now the most recently used ...
+    assert engine.search("a", "BM25", QUERY, top_k=1, wait=60)  # ... so a's rebuild evicts c
+    assert engine._indexes.keys() == [("b", "bm25"), ("a", "bm25")] and engine._indexes.evicted == 2
+
+
+def test_prebuild_builds_the_configured_corpora_in_the_background(app, tmp_path):
+    a, b = _small_beir(tmp_path / "a", n_docs=20), _small_beir(tmp_path / "b", n_docs=20)
+    engine = app.SearchEngine(app.SpaceConfig(corpus="", corpora=f"a={a};b={b}", prebuild="BM25, Nope",
+                                              cache_size=4))
+    t = engine.prebuild()
+    t.join(60)
+    assert not t.is_alive() and sorted(engine._indexes.keys()) == [("a", "bm25"), ("b", "bm25")]
 
 
 def _load_app():
@@ -176,4 +401,5 @@ def test_headless_chromium_types_a_query_and_sees_results(tmp_path):
     finally:
         stop_app(proc)
     assert "BM25" in seen["status"] and seen["hits"] and seen["hits"][0].startswith("1. ")
+    assert seen["corpus"] == "corpus" and not seen["server_path_shown"] and str(tmp_path) not in seen["status"]
     assert (tmp_path / "shot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -62,23 +62,23 @@ def _stage(out: Path, name: str, params: dict):
 
 
 def _done(d: Path, params: dict) -> None:
-    (d / "DONE.json").write_text(json.dumps(params, indent=1))
+    from ..io import atomic_write_json
+
+    atomic_write_json(d / "DONE.json", params, indent=1)
 
 
 def run_cai(a: CAIArguments) -> dict:
     """Run the chain; returns ``{"model_dir": ..., "metrics": {variant: {...}}}``."""
-    import torch
-    from transformers import AutoModelForMaskedLM, AutoTokenizer, TrainingArguments
+    from transformers import AutoModelForMaskedLM, AutoTokenizer, TrainingArguments, set_seed
 
     from ..data import RetrievalCollator, load_beir
     from ..data.qrels_triplets import triplets_from_qrels
     from ..models.splade import SPLADECAI
     from ..objectives import SpladeObjective
-    from ..training import RetrievalTrainer, RetrievalTrainingArguments
+    from ..training import RetrievalTrainer, RetrievalTrainingArguments, final_output
     from .mlm import MLMArguments, train_mlm
     from .vocabulary import apply_vocabulary, expand_vocabulary, plot_entropy_curve
 
-    torch.manual_seed(a.seed)
     out = Path(a.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     target = load_beir(a.target_data, split=a.target_split)
@@ -91,6 +91,7 @@ def run_cai(a: CAIArguments) -> dict:
         params = {"from": current, "target": str(a.target_data), "delta_v": a.delta_v, "max_it": a.max_vocab_iterations}
         d, done = _stage(out, "1-vocabulary", params)
         if not done:
+            set_seed(a.seed)  # every stage seeds itself: a resumed chain inits weights as a fresh one
             tok = AutoTokenizer.from_pretrained(current)
             ex = expand_vocabulary(tok, target_texts, delta_v=a.delta_v, max_iterations=a.max_vocab_iterations)
             model = AutoModelForMaskedLM.from_pretrained(current)
@@ -112,6 +113,7 @@ def run_cai(a: CAIArguments) -> dict:
                   "len": a.mlm_max_length, "lr": a.mlm_learning_rate, "seed": a.seed}
         d, done = _stage(out, "2-mlm", params)
         if not done:
+            set_seed(a.seed)
             tok = AutoTokenizer.from_pretrained(current)
             model = AutoModelForMaskedLM.from_pretrained(current)
             targs = TrainingArguments(output_dir=str(d), max_steps=a.mlm_steps, per_device_train_batch_size=a.mlm_batch_size,
@@ -132,6 +134,7 @@ def run_cai(a: CAIArguments) -> dict:
         d, done = _stage(out, "3-splade", params)
         if not done:
             source = load_beir(a.source_data, split=a.source_split)
+            set_seed(a.seed)
             model = SPLADECAI.from_backbone(current, max_query_length=a.query_max_length, max_doc_length=a.doc_max_length)
             per_epoch = triplets_from_qrels(source, batch_size=a.splade_batch_size, seed=a.seed)
             epochs = max(1, -(-a.splade_steps * a.splade_batch_size // max(1, len(per_epoch))))
@@ -147,7 +150,8 @@ def run_cai(a: CAIArguments) -> dict:
             model.train()
             trainer.train()
             model.eval()
-            model.save_pretrained(d)
+            with final_output(d) as tmp:
+                model.save_pretrained(tmp)
             (d / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1))
             _done(d, params)
         current = str(d)
@@ -158,7 +162,8 @@ def run_cai(a: CAIArguments) -> dict:
         _is_splade_folder(current) else SPLADECAI.from_backbone(current)
     model.config.idf_exponent = a.idf_exponent
     model.fit_idf(target_texts)
-    model.save_pretrained(final)
+    with final_output(final) as tmp:
+        model.save_pretrained(tmp)
     report["model_dir"] = str(final)
     if a.evaluate:
         report["metrics"] = evaluate_splade_variants(model, target)

@@ -2,7 +2,8 @@
 
 Used for DDR's Domain Adaption Modules (DAMs) and for SPLADE-CAI's continual
 pre-training: BERT masking (15% of tokens; of those 80% ``[MASK]``, 10% random, 10% kept)
-on random windows of the corpus documents, trained by ``transformers.Trainer``.
+on random windows of the corpus documents, trained by :class:`hf_dr.training.RetrievalTrainer`
+(atomic checkpoints, resume) with :class:`hf_dr.objectives.MLMObjective`.
 """
 
 from __future__ import annotations
@@ -81,7 +82,14 @@ def load_mlm_model(path_or_id: str, **kwargs):
     """``AutoModelForMaskedLM`` from any checkpoint. A checkpoint without an MLM head (e.g.
     a sentence-transformers ``BertModel``) gets a fresh head whose decoder is tied to the
     input embeddings; the missing weights are logged."""
-    model, info = AutoModelForMaskedLM.from_pretrained(path_or_id, output_loading_info=True, **kwargs)
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # its load report / tied-weights notes: we log our own line below
+    try:
+        model, info = AutoModelForMaskedLM.from_pretrained(path_or_id, output_loading_info=True, **kwargs)
+    finally:
+        hf_logging.set_verbosity(level)
     if info.get("missing_keys"):
         logger.warning("%s has no MLM head weights (%d missing: %s...): initialised a new head, decoder tied to "
                        "the embeddings", path_or_id, len(info["missing_keys"]), sorted(info["missing_keys"])[:3])
@@ -91,20 +99,26 @@ def load_mlm_model(path_or_id: str, **kwargs):
 
 def train_mlm(model, tokenizer, texts: Sequence[str], training_args: TrainingArguments,
               mlm_args: MLMArguments | None = None, eval_texts: Sequence[str] | None = None,
-              resume_from_checkpoint: str | bool | None = None) -> Trainer:
-    """Continual MLM of ``model`` on ``texts`` with ``transformers.Trainer``; returns the
-    trainer (its ``state.log_history`` holds the losses). Saves model + tokenizer to
-    ``training_args.output_dir``."""
+              resume_from_checkpoint: str | bool | None = None, save: bool = True) -> Trainer:
+    """Continual MLM of ``model`` on ``texts`` with :class:`~hf_dr.training.RetrievalTrainer`;
+    returns the trainer (its ``state.log_history`` holds the losses). ``resume_from_checkpoint``
+    as :func:`hf_dr.training.resolve_checkpoint` reads it. With ``save``, model + tokenizer replace
+    ``training_args.output_dir`` in one rename (checkpoints kept); the caller saves otherwise."""
+    from ..objectives import MLMObjective
+    from ..training import RetrievalTrainer, final_output
+
     mlm_args = mlm_args or MLMArguments()
     if getattr(training_args, "remove_unused_columns", True):
         training_args.remove_unused_columns = False
     train_ds = tokenize_corpus(texts, tokenizer)
     eval_ds = tokenize_corpus(eval_texts, tokenizer) if eval_texts else None
     collator = RandomWindowMLMCollator(tokenizer, mlm_args, seed=training_args.seed)
-    trainer = Trainer(model=model, args=training_args, train_dataset=train_ds, eval_dataset=eval_ds,
-                      data_collator=collator, processing_class=tokenizer)
+    trainer = RetrievalTrainer(model=model, args=training_args, train_dataset=train_ds, eval_dataset=eval_ds,
+                               data_collator=collator, processing_class=tokenizer, objective=MLMObjective())
     trainer.train(resume_from_checkpoint=resume_from_checkpoint)
-    trainer.save_model(training_args.output_dir)
+    if save and trainer.is_world_process_zero():
+        with final_output(training_args.output_dir) as tmp:
+            trainer.save_model(str(tmp))
     return trainer
 
 

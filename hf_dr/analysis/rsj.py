@@ -32,8 +32,9 @@ def rsj_weight(r: int, R: int, n: int, N: int) -> float:
 
 
 def _analyser(stem: bool = True):
-    import bm25s
+    from ..retrieval.bm25 import import_bm25s
 
+    bm25s = import_bm25s()
     stemmer = None
     if stem:
         import Stemmer

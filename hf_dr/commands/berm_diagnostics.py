@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..cli import positive_int
+
 
 def register(sub) -> None:
     p = sub.add_parser("berm-diagnostics", help="BERM Table 5: unit balance variance and essential-unit accuracy",
@@ -17,11 +19,11 @@ def register(sub) -> None:
     p.add_argument("--model", nargs="+", required=True,
                    help="BERM folders / Hub ids, or any encoder checkpoint (wrapped with --pooling, untrained BERM)")
     p.add_argument("--pooling", choices=("cls", "mean"), default="cls", help="pooling for plain checkpoints")
-    p.add_argument("--max-pairs", type=int, default=1000, help="(query, positive) pairs to use (a seeded sample)")
-    p.add_argument("--min-grade", type=int, default=1, help="judgments with at least this grade are positives")
-    p.add_argument("--max-doc-length", type=int, default=None, help="passage truncation (default: the model's)")
+    p.add_argument("--max-pairs", type=positive_int, default=1000, help="(query, positive) pairs to use (a seeded sample)")
+    p.add_argument("--min-grade", type=positive_int, default=1, help="judgments with at least this grade are positives")
+    p.add_argument("--max-doc-length", type=positive_int, default=None, help="passage truncation (default: the model's)")
     p.add_argument("--reader", default=None, help="AutoModelForQuestionAnswering for the annotation (Eq. 2)")
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--batch-size", type=positive_int, default=16)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", default=None, help="folder for berm_diagnostics.json and berm_diagnostics.png")
     p.add_argument("--device", default=None)
@@ -40,19 +42,23 @@ def load_berm(path: str, pooling: str = "cls"):
 
 def run(args) -> int:
     from ..analysis import berm_diagnostics, plot_berm_diagnostics
-    from ..cli import CLIError
     from ..data import load_beir, triplets_from_qrels
     from ..data.units import annotate_units
+    from ..models import check_model, quiet_loading
+    from .evaluate import check_output
 
+    if args.output:
+        check_output(args.output, files=("berm_diagnostics.json", "berm_diagnostics.png"))
+    for path in args.model:
+        check_model(path)
     data = load_beir(args.data, split=args.split)
-    if args.min_grade < 1:
-        raise CLIError("--min-grade must be >= 1 (grade 0 means not relevant)")
     rows = triplets_from_qrels(data, min_positive_grade=args.min_grade, negative_grade=0, n_negatives=0,
                                seed=args.seed)
     rows = annotate_units(rows.select(range(min(args.max_pairs, len(rows)))), reader=args.reader)
     results = {}
     for path in args.model:
-        model = load_berm(path, args.pooling)
+        with quiet_loading(path):
+            model = load_berm(path, args.pooling)
         if args.max_doc_length:
             model.config.max_doc_length = args.max_doc_length
         results[path] = berm_diagnostics(model, rows, batch_size=args.batch_size, device=args.device)

@@ -1,10 +1,13 @@
 """``hf-dr encode``: encode a corpus once into an embeddings folder (shards + manifest), streaming
 (memory does not grow with the corpus), resumable (run the same command again after a crash:
-finished shards are kept) and parallel (``accelerate launch --num_processes N -m hf_dr.cli encode ...``
+finished shards are kept in a hidden ``.OUTPUT.partial`` folder beside the output, which is renamed
+to OUTPUT once every shard is done — OUTPUT is a complete folder or absent) and parallel (``accelerate launch --num_processes N -m hf_dr.cli encode ...``
 or ``torchrun``: each process encodes its own shards). ``hf-dr evaluate --embeddings``,
 ``hf-dr label --embeddings`` and ``EncoderRetriever.from_embeddings`` use the folder."""
 
 from __future__ import annotations
+
+from ..cli import positive_int
 
 
 def register(sub) -> None:
@@ -15,40 +18,63 @@ def register(sub) -> None:
     p.add_argument("--output", required=True, help="the embeddings folder")
     p.add_argument("--kind", choices=("auto", "dense", "sparse"), default="auto",
                    help="sparse: an MLM checkpoint as SPLADE (auto: the folder's own model)")
-    p.add_argument("--max-length", type=int, default=None, help="max document tokens (default: the model's)")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--shard-size", type=int, default=None,
+    p.add_argument("--max-length", type=positive_int, default=None, help="max document tokens (default: the model's)")
+    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--shard-size", type=positive_int, default=None,
                    help="documents per shard (default 8192): the unit of resumption and of memory")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: a GPU when there is one; "
                                                   "under accelerate each process its own)")
     p.add_argument("--dtype", choices=("auto", "float32", "bf16", "fp16"), default="auto",
                    help="autocast on GPU (auto: bf16 where supported); CPU always float32")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a non-empty --output (once the new folder is complete; never one holding --data or "
+                        "--model), and start again a crashed run begun with other settings")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     import os
+    from pathlib import Path
 
     from ..cli import CLIError
-    from ..embeddings import encode_to_folder
+    from ..embeddings import EmbeddingsError, encode_to_folder
     from ..encoding import DEFAULT_CHUNK_SIZE
+    from ..io import check_output_folder, local_inputs, output_folder, partial_folder
     from ..models import load_encoder
 
     if args.batch_size < 1:
         raise CLIError(f"--batch-size must be at least 1 (got {args.batch_size})")
     if args.max_length is not None and args.max_length < 1:
         raise CLIError(f"--max-length must be at least 1 (got {args.max_length})")
+    if args.shard_size is not None and args.shard_size < 1:
+        raise CLIError(f"--shard-size must be at least 1 (got {args.shard_size})")
+    out = Path(args.output)
+    inputs = local_inputs(args.data, args.model)
+    check_output_folder(out, overwrite=args.overwrite, inputs=inputs)  # before loading anything
+    work = partial_folder(out)
     model = load_encoder(args.model, kind=args.kind)
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
     device = args.device
-    if device is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if device is None and world_size > 1:
         import torch
 
         if torch.cuda.is_available():  # one GPU per process
             device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
-    emb = encode_to_folder(model, args.data, args.output, model_name=args.model, batch_size=args.batch_size,
-                           max_length=args.max_length, shard_size=args.shard_size or DEFAULT_CHUNK_SIZE,
-                           device=device, dtype=args.dtype, show_progress_bar=not args.no_progress)
+    kwargs = dict(model_name=args.model, batch_size=args.batch_size, max_length=args.max_length,
+                  shard_size=args.shard_size or DEFAULT_CHUNK_SIZE, device=device, dtype=args.dtype,
+                  show_progress_bar=not args.no_progress, restart=args.overwrite)
+    if world_size > 1 and int(os.environ.get("RANK", "0")) != 0:
+        # another process: its shards go into the work folder; rank 0 renames it once all are done
+        encode_to_folder(model, args.data, work, **kwargs)
+        return 0
+    try:
+        with output_folder(out, overwrite=args.overwrite, inputs=inputs, work=work) as tmp:
+            emb = encode_to_folder(model, args.data, tmp, **kwargs)
+    except EmbeddingsError as e:
+        if "begun with other settings" in str(e):  # the unfinished work of another command
+            raise CLIError(f"{e} (or pass --overwrite to start again)") from None
+        raise
     if emb is not None:
         m = emb.manifest
         kind = "sparse CSR" if m["sparse"] else f"dense float32 x {m['dim']}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from ..cli import finite_float, positive_int, stemmer_name, stopwords_name
 from ..retrieval.retriever import RETRIEVER_KINDS
 
 
@@ -20,30 +21,30 @@ def register(sub) -> None:
     p.add_argument("--model", help="model folder or Hub id (dense, sparse, hybrid)")
     p.add_argument("--embeddings", help="embeddings folder of the corpus by this model (hf-dr encode): no re-encoding")
     p.add_argument("--split", default="test")
-    p.add_argument("--output", help="folder for run.trec and metrics.json")
-    p.add_argument("--top-k", type=int, default=1000)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--max-length", type=int, default=None, help="max document tokens (default: the model's)")
+    p.add_argument("--output", help="folder for run.trec and metrics.json (checked writable first; those two files are replaced)")
+    p.add_argument("--top-k", type=positive_int, default=1000)
+    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--max-length", type=positive_int, default=None, help="max document tokens (default: the model's)")
     p.add_argument("--metrics", nargs="+", default=None, help="e.g. ndcg@10 recall@100 recall@1000 mrr@10")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--ignore-identical-ids", dest="ignore_identical_ids", action="store_true", default=None,
                    help="remove self-matches (query id == doc id); on by default for ArguAna / Quora")
     g.add_argument("--keep-identical-ids", dest="ignore_identical_ids", action="store_false")
-    p.add_argument("--bm25-stemmer", default="english", help="PyStemmer language, or 'none'")
-    p.add_argument("--bm25-stopwords", default="en", help="'en' or 'none'")
+    p.add_argument("--bm25-stemmer", type=stemmer_name, default="english", help="PyStemmer language, or 'none'")
+    p.add_argument("--bm25-stopwords", type=stopwords_name, default="en", help="'en' (or de, fr...) or 'none'")
     p.add_argument("--hybrid-second", choices=("dense", "sparse"), default=None,
                    help="the model side of --retriever hybrid (default: sparse for SPLADE models, else dense)")
     p.add_argument("--fusion", choices=("zscore", "minmax", "sum", "rrf", "dbsf"), default=None,
                    help="hybrid fusion (default zscore; with --backend qdrant: rrf or dbsf, in the engine, default rrf)")
-    p.add_argument("--fusion-weights", type=float, nargs=2, default=(1.0, 1.0), metavar=("BM25", "MODEL"))
+    p.add_argument("--fusion-weights", type=finite_float, nargs=2, default=(1.0, 1.0), metavar=("BM25", "MODEL"))
     d = p.add_argument_group("dense index (docs/retrieval.md: which one when)")
     d.add_argument("--index-type", choices=("flat", "hnsw", "ivfpq"), default="flat",
                    help="flat: exact (default); hnsw / ivfpq: approximate, for millions of documents")
-    d.add_argument("--hnsw-m", type=int, default=32, help="HNSW links per node")
-    d.add_argument("--ef-search", type=int, default=128, help="HNSW search breadth")
-    d.add_argument("--nlist", type=int, default=None, help="IVF cells (default 4*sqrt(n))")
-    d.add_argument("--pq-m", type=int, default=16, help="PQ sub-quantisers (must divide the dimension)")
-    d.add_argument("--nprobe", type=int, default=32, help="IVF cells visited per query")
+    d.add_argument("--hnsw-m", type=positive_int, default=32, help="HNSW links per node")
+    d.add_argument("--ef-search", type=positive_int, default=128, help="HNSW search breadth")
+    d.add_argument("--nlist", type=positive_int, default=None, help="IVF cells (default 4*sqrt(n))")
+    d.add_argument("--pq-m", type=positive_int, default=16, help="PQ sub-quantisers (must divide the dimension)")
+    d.add_argument("--nprobe", type=positive_int, default=32, help="IVF cells visited per query")
     d.add_argument("--faiss-gpu", choices=("auto", "yes", "no"), default="auto",
                    help="put the dense index on GPU (faiss-gpu: pip install hf-dr[gpu]); auto = when present")
     p.add_argument("--backend", choices=("inprocess", "qdrant"), default="inprocess",
@@ -54,7 +55,7 @@ def register(sub) -> None:
     from .index import add_qdrant_arguments
 
     add_qdrant_arguments(p)
-    p.add_argument("--max-queries", type=int, default=None, help="evaluate the first N judged queries only")
+    p.add_argument("--max-queries", type=positive_int, default=None, help="evaluate the first N judged queries only")
     p.add_argument("--device", default=None)
     p.set_defaults(func=run)
 
@@ -101,22 +102,55 @@ def qdrant_retriever(args):
                            fusion=fusion, batch_size=args.batch_size)
 
 
+def check_output(out, files=("run.trec", "metrics.json")) -> Path:
+    """An ``--output`` folder that receives ``files``, checked before the run: it may exist
+    (earlier results in it are replaced: those files only, nothing else is touched) but must be
+    a folder that can be created and written."""
+    from ..cli import CLIError
+    from ..io import check_writable
+
+    out = Path(out).expanduser()
+    if out.exists() and not out.is_dir():
+        raise CLIError(f"cannot write {out}: it exists and is not a folder")
+    for name in files:
+        if (out / name).exists() and not (out / name).is_file():
+            raise CLIError(f"cannot write {out / name}: it exists and is not a file")
+    return check_writable(out)
+
+
+def check_model_args(args) -> None:
+    """The models of the arguments can be loaded as asked (folder with weights, an MLM head
+    for sparse, a reachable Hub id): checked before the corpus is read."""
+    from ..models import check_model
+
+    if args.model:
+        kind = {"dense": "dense", "sparse": "sparse"}.get(args.retriever, args.hybrid_second or "auto")
+        if args.backend == "qdrant" and args.retriever == "hybrid":
+            kind = "dense"
+        check_model(args.model, kind=kind)
+    if args.sparse_model:
+        check_model(args.sparse_model, kind="sparse")
+
+
 def run(args) -> int:
     from ..cli import CLIError
     from ..data import load_beir
     from ..evaluation import DEFAULT_METRICS, evaluate, format_table
+    from ..evaluation import _parse as parse_metric
     from ..retrieval import build_retriever, write_trec_run
 
-    if args.top_k < 1:
-        raise CLIError(f"--top-k must be at least 1 (got {args.top_k})")
-    if args.max_queries is not None and args.max_queries < 1:
-        raise CLIError(f"--max-queries must be at least 1 (got {args.max_queries})")
     if args.retriever != "bm25" and not args.model:
         raise CLIError(f"--retriever {args.retriever} needs --model")
+    if args.retriever == "bm25" and args.model:
+        raise CLIError("--retriever bm25 takes no --model (did you mean --retriever dense / sparse / hybrid?)")
     if args.backend != "qdrant" and (args.url or args.path or args.edge or args.sparse_model):
         raise CLIError("--url / --path / --edge / --sparse-model go with --backend qdrant")
     if args.embeddings and args.retriever == "bm25":
         raise CLIError("--embeddings goes with a model retriever (dense, sparse, hybrid), not bm25")
+    for m in args.metrics or ():
+        parse_metric(m)
+    out = check_output(args.output) if args.output else None
+    check_model_args(args)
     data = load_beir(args.data, split=args.split)
     queries = data.split_queries()
     if not queries:
@@ -142,8 +176,7 @@ def run(args) -> int:
     print(format_table({name: result.aggregate}, list(result.aggregate)))
     print(f"{result.n_queries} queries, {info['n_docs']} documents, {info['seconds']} s"
           + (", self-matches removed" if info["ignore_identical_ids"] else ""))
-    if args.output:
-        out = Path(args.output)
+    if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         write_trec_run(result.run, out / "run.trec", tag=f"hf-dr-{args.retriever}", top_k=args.top_k)
         result.to_json(out / "metrics.json", **info)

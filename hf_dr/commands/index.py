@@ -9,6 +9,8 @@ is refused. ``--url`` talks to a server or cluster, ``--path`` to qdrant-client'
 
 from __future__ import annotations
 
+from ..cli import positive_int
+
 
 def add_qdrant_arguments(p) -> None:
     """``--url | --path | --edge`` and ``--collection`` (shared with ``hf-dr evaluate --backend qdrant``)."""
@@ -27,12 +29,12 @@ def register(sub) -> None:
                    help="embeddings folder(s): one dense and/or one sparse, of the same corpus")
     p.add_argument("--backend", choices=("qdrant",), default="qdrant")
     add_qdrant_arguments(p)
-    p.add_argument("--batch-size", type=int, default=256, help="points per upsert")
-    p.add_argument("--hnsw-m", type=int, default=16, help="HNSW links per node (serving; evaluation is exact)")
-    p.add_argument("--ef-construct", type=int, default=100)
+    p.add_argument("--batch-size", type=positive_int, default=256, help="points per upsert")
+    p.add_argument("--hnsw-m", type=positive_int, default=16, help="HNSW links per node (serving; evaluation is exact)")
+    p.add_argument("--ef-construct", type=positive_int, default=100)
     p.add_argument("--on-disk", action="store_true", help="vectors and sparse index on disk (memory-mapped)")
-    p.add_argument("--shards", type=int, default=1, help="collection shards (cluster)")
-    p.add_argument("--replicas", type=int, default=1, help="replication factor (cluster)")
+    p.add_argument("--shards", type=positive_int, default=1, help="collection shards (cluster)")
+    p.add_argument("--replicas", type=positive_int, default=1, help="replication factor (cluster)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run)
 

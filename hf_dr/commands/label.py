@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from ..cli import finite_float, positive_int
+
 import shlex
 import sys
 
@@ -17,29 +19,35 @@ def register(sub) -> None:
                    help="the current dense retriever: the fusion reranker and SimANS negatives use it")
     p.add_argument("--reranker", default="fusion", help="fusion | monot5:<id> | cross-encoder:<id> (default fusion)")
     p.add_argument("--negatives", default="simans", help="random | bm25 | simans (default simans)")
-    p.add_argument("--k", type=int, default=1, help="pseudo-positives per query (top-k reranked)")
-    p.add_argument("--m", type=int, default=10, help="negatives per pseudo-positive")
-    p.add_argument("--bm25-top", type=int, default=100, help="BM25 candidates reranked per query")
-    p.add_argument("--simans-top-k", type=int, default=500, help="SimANS: top-K of the dense retriever")
-    p.add_argument("--simans-score-scale", type=float, default=1.0,
+    p.add_argument("--k", type=positive_int, default=1, help="pseudo-positives per query (top-k reranked)")
+    p.add_argument("--m", type=positive_int, default=10, help="negatives per pseudo-positive")
+    p.add_argument("--bm25-top", type=positive_int, default=100, help="BM25 candidates reranked per query")
+    p.add_argument("--simans-top-k", type=positive_int, default=500, help="SimANS: top-K of the dense retriever")
+    p.add_argument("--simans-score-scale", type=finite_float, default=1.0,
                    help="dense scores x this before SimANS (20 for cosine models: a=0.5 is then not ~uniform)")
-    p.add_argument("--dev-queries", type=int, default=50, help="queries held out for the dev set")
-    p.add_argument("--max-queries", type=int, default=None, help="label only the first N queries (quick checks)")
-    p.add_argument("--max-length", type=int, default=None, help="max tokens when encoding with the dense model")
+    p.add_argument("--dev-queries", type=positive_int, default=50, help="queries held out for the dev set")
+    p.add_argument("--max-queries", type=positive_int, default=None, help="label only the first N queries (quick checks)")
+    p.add_argument("--max-length", type=positive_int, default=None, help="max tokens when encoding with the dense model")
     p.add_argument("--embeddings", default=None,
                    help="embeddings folder of the corpus by --dense-model (hf-dr encode): no re-encoding")
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--batch-size", type=positive_int, default=32)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--cache-dir", default=None, help="stage cache (default OUTPUT/cache); share it across runs")
-    p.add_argument("--output", required=True, help="output folder")
+    p.add_argument("--cache-dir", default=None,
+                   help="stage cache, keyed on the content of the inputs (default: .OUTPUT.cache beside the output "
+                        "folder); share it across runs")
+    p.add_argument("--output", required=True, help="output folder (written whole once complete; must be new or empty)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a non-empty --output once the new one is complete (never a folder holding --data, "
+                        "a model, --embeddings or the cache)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from ..cli import CLIError
     from ..data import load_beir
-    from ..labeling.pseudo_relevance import PseudoLabelConfig, build_pseudo_labels
-    from ..models import load_encoder
+    from ..io import check_output_folder, local_inputs
+    from ..labeling.pseudo_relevance import PseudoLabelConfig, build_pseudo_labels, resolve_cache_dir
+    from ..models import check_model, load_encoder
 
     cfg = PseudoLabelConfig(split=args.split, bm25_top=args.bm25_top, k=args.k, m=args.m, negatives=args.negatives,
                             simans_top_k=args.simans_top_k,
@@ -54,13 +62,20 @@ def run(args) -> int:
         raise CLIError("--dense-model is needed by --reranker fusion and --negatives simans")
     if args.embeddings and not args.dense_model:
         raise CLIError("--embeddings are the corpus encoded by --dense-model: give --dense-model too")
+    # the output folder is checked before anything is loaded or computed
+    rr_model = args.reranker.partition(":")[2]
+    cache = resolve_cache_dir(args.output, args.cache_dir)
+    inputs = local_inputs(args.data, args.dense_model, args.embeddings, rr_model, cache)
+    check_output_folder(args.output, overwrite=args.overwrite, inputs=inputs)
+    if args.dense_model:
+        check_model(args.dense_model, kind="dense")  # weights present / reachable, before the corpus is read
     data = load_beir(args.data, split=args.split)
     encoder = load_encoder(args.dense_model) if args.dense_model else None
     command = "hf-dr label " + " ".join(shlex.quote(a) for a in sys.argv[sys.argv.index("label") + 1:]) \
         if "label" in sys.argv else None
     labels = build_pseudo_labels(data, args.output, cfg, reranker=args.reranker, dense_encoder=encoder,
                                  dense_name=args.dense_model, cache_dir=args.cache_dir, command=command,
-                                 doc_embeddings=args.embeddings)
+                                 doc_embeddings=args.embeddings, overwrite=args.overwrite, inputs=inputs)
     s = labels.stats
     print(f"{s['triplets']} triplets from {s['train_queries']} queries; dev set: {s['dev_rows']} rows from "
           f"{s['dev_queries']} queries; {s['queries_without_bm25_hits']} queries without BM25 hits")

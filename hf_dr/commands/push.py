@@ -17,7 +17,8 @@ def register(sub) -> None:
     p.add_argument("--dataset", action="store_true", help="MODEL_DIR is a dataset: push parquet + dataset card")
     p.add_argument("--space", action="store_true", help="MODEL_DIR is the search Space (spaces/search_demo): "
                    "push app.py, requirements.txt, README.md and the hf_dr package to a Gradio Space")
-    p.add_argument("--template", default=None, help="card template name under model_cards/ (default: the kind's)")
+    p.add_argument("--template", default=None, help="card template name under model_cards/ (default: the kind's; "
+                   "for --dataset: the DoDress card of a `hf-dr label` folder, else `dataset`)")
     p.add_argument("--base-model", default=None, help="Hub id of the base model (default: inferred when a Hub id)")
     p.add_argument("--datasets", nargs="+", default=[], metavar="ID", help="Hub ids of the training / evaluation data")
     p.add_argument("--license", default="apache-2.0")
@@ -28,7 +29,9 @@ def register(sub) -> None:
                    "DDRModel.save_dam: --kind ddr_dam)")
     p.add_argument("--private", action="store_true")
     p.add_argument("--token", default=None, help="Hub token (default: the logged-in one / HF_TOKEN)")
-    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --local-dir")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a non-empty --local-dir (once the new folder is complete; never a folder holding "
+                        "MODEL_DIR or another input)")
     p.set_defaults(func=run)
 
 
@@ -41,7 +44,7 @@ def run(args) -> int:
                            token=args.token, overwrite=args.overwrite)
     elif args.dataset:
         where = push_dataset(args.path, args.repo_id, local_dir=args.local_dir, private=args.private,
-                             token=args.token, template=args.template or "dataset", license=args.license,
+                             token=args.token, template=args.template, license=args.license,
                              overwrite=args.overwrite,
                              card_data={"source_datasets": args.datasets} if args.datasets else None)
     else:

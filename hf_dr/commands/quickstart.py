@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+
 def register(sub) -> None:
     p = sub.add_parser("quickstart", help="evaluate BM25, dense and hybrid retrieval on the bundled sample")
     p.add_argument("--data", default=None, help="BEIR folder (default: the bundled SciFact sample)")
@@ -18,9 +19,13 @@ def run(args) -> int:
     from ..evaluation import evaluate, format_table, paired_ttest
     from ..retrieval import BM25Retriever, HybridRetriever, build_retriever, write_trec_run
 
-    from ..models import default_model_path
+    from ..models import check_model, default_model_path
+    from .evaluate import check_output
 
     model = args.model or default_model_path()
+    if args.output:
+        check_output(args.output, files=("bm25.trec", "dense.trec", "hybrid.trec"))
+    check_model(model, kind="dense")
     data = load_beir(args.data or SAMPLE, split="test")
     print(f"corpus {data.name}: {len(data.corpus)} documents, {len(data.qrels)} judged queries; model {model}")
     bm25 = BM25Retriever.from_data(data)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import math
 import os
+import re
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,7 +24,8 @@ from datasets import Dataset
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BeirData", "BeirFormatError", "load_beir", "save_beir", "load_qrels", "save_qrels",
+__all__ = ["BeirData", "BeirFormatError", "BeirSourceError", "load_beir", "looks_local", "parse_grade", "save_beir",
+           "load_qrels", "save_qrels",
            "SELF_MATCH_DATASETS", "iter_corpus"]
 
 Qrels = dict[str, dict[str, int]]
@@ -36,6 +39,10 @@ SELF_MATCH_DATASETS = ("arguana", "quora", "cqadupstack")
 
 class BeirFormatError(ValueError):
     """A BEIR file is malformed; the message names the file and line."""
+
+
+class BeirSourceError(BeirFormatError):
+    """The folder does not exist, or the Hub dataset cannot be found or reached."""
 
 
 @dataclass
@@ -77,56 +84,134 @@ class BeirData:
         return self.corpus[self._doc_index[doc_id]]
 
 
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of a UTF-8 file, split on ``\n`` only (``\r\n`` tolerated, a BOM
+    at the start dropped); bytes that are not UTF-8 raise :class:`BeirFormatError` with the line."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise BeirFormatError(f"{path}:{lineno}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column "
+                                      f"{e.start + 1})") from None
+            yield lineno, line.rstrip("\r\n")
+
+
+def _utf8(text: str, path: Path, lineno: int, column: str) -> str:
+    """``text`` when it can be written as UTF-8 (a JSON escape such as ``\\ud800`` makes an
+    unpaired surrogate, which Arrow and every writer refuse)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise BeirFormatError(f"{path}:{lineno}: {column} holds an unpaired surrogate "
+                              f"{text[e.start]!r} (a \\ud800-\\udfff escape) at character {e.start + 1}") from None
+    return text
+
+
+def _check_id(value, path: Path, lineno: int, column: str = "_id") -> str:
+    """A document / query id: a non-empty string (or integer) without whitespace, which the qrels
+    TSV and TREC run files could not hold."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise BeirFormatError(f"{path}:{lineno}: {column} must be a string, got {type(value).__name__} {value!r:.60}")
+    rid = _utf8(str(value), path, lineno, column)
+    if not rid:
+        raise BeirFormatError(f"{path}:{lineno}: {column} is empty")
+    if any(c.isspace() or not c.isprintable() for c in rid):
+        raise BeirFormatError(f"{path}:{lineno}: {column} {rid!r:.60} contains whitespace or control characters "
+                              "(qrels and TREC run files separate fields with them)")
+    return rid
+
+
 def _read_jsonl(path: Path, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> Iterator[dict]:
     seen: set[str] = set()
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
+    for lineno, line in _lines(path):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise BeirFormatError(f"{path}:{lineno}: malformed JSON ({e.msg} at column {e.colno})") from None
+        except ValueError as e:  # e.g. an integer of more than 4300 digits
+            raise BeirFormatError(f"{path}:{lineno}: malformed JSON ({e})") from None
+        except RecursionError:
+            raise BeirFormatError(f"{path}:{lineno}: malformed JSON (nested too deeply)") from None
+        if not isinstance(row, dict):
+            raise BeirFormatError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+        missing = [c for c in required if c not in row]
+        if missing:
+            raise BeirFormatError(f"{path}:{lineno}: missing column(s) {missing} (has {sorted(row)[:10]})")
+        rid = _check_id(row["_id"], path, lineno)
+        if rid in seen:
+            raise BeirFormatError(f"{path}:{lineno}: duplicate _id {rid!r}")
+        seen.add(rid)
+        out = {"_id": rid}
+        surrogates = "\\ud" in line or "\\uD" in line  # the only way a decoded line holds one
+        for c in required[1:] + optional:
+            v = row.get(c)
+            if v is not None and not isinstance(v, str):
+                raise BeirFormatError(f"{path}:{lineno}: {c} must be a string, got {type(v).__name__} {v!r:.60}")
+            out[c] = _utf8(v or "", path, lineno, c) if surrogates else v or ""
+        yield out
+
+
+_INT = re.compile(r"[+-]?[0-9]+(?:\.0*)?")
+#: grades beyond a C int would overflow pytrec_eval
+_MAX_GRADE = 2**31 - 1
+
+
+def parse_grade(score, where: str) -> int:
+    """A relevance grade: an integer (``1.0`` is read as 1). Fractions, ``inf``, ``nan``, words and
+    grades beyond ±2^31 raise :class:`BeirFormatError` naming ``where`` (file:line) and the value."""
+    if isinstance(score, bool):
+        raise BeirFormatError(f"{where}: grade {score!r} is not an integer")
+    if isinstance(score, float):
+        if not (math.isfinite(score) and score.is_integer()):
+            raise BeirFormatError(f"{where}: grade {score!r} is not an integer (relevance grades are 0, 1, 2...)")
+        score = int(score)
+    if isinstance(score, int):
+        grade = score
+    else:
+        text = str(score).strip()
+        if not _INT.fullmatch(text):
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise BeirFormatError(f"{path}:{lineno}: malformed JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(row, dict):
-                raise BeirFormatError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-            missing = [c for c in required if c not in row]
-            if missing:
-                raise BeirFormatError(f"{path}:{lineno}: missing column(s) {missing} (has {sorted(row)})")
-            rid = str(row["_id"])
-            if rid in seen:
-                raise BeirFormatError(f"{path}:{lineno}: duplicate _id {rid!r}")
-            seen.add(rid)
-            out = {"_id": rid}
-            for c in required[1:] + optional:
-                v = row.get(c)
-                out[c] = "" if v is None else str(v)
-            yield out
+                float(text)
+            except ValueError:
+                raise BeirFormatError(f"{where}: score {text!r:.60} is not a number") from None
+            raise BeirFormatError(f"{where}: grade {text!r:.60} is not an integer (relevance grades are 0, 1, 2...)")
+        grade = int(text.split(".")[0])
+    if abs(grade) > _MAX_GRADE:
+        raise BeirFormatError(f"{where}: grade {grade} is out of range (at most {_MAX_GRADE})")
+    return grade
 
 
 def load_qrels(path: str | os.PathLike) -> Qrels:
     """Read a BEIR qrels TSV (header optional, CRLF tolerated) or a TREC qrels file
-    (``qid 0 docid grade``)."""
+    (``qid 0 docid grade``). Grades must be integers (``1.0`` reads as 1); anything else raises
+    :class:`BeirFormatError` naming the file, line and value."""
     path = Path(path)
     qrels: Qrels = {}
-    with open(path, encoding="utf-8", newline="") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            parts = line.split("\t") if "\t" in line else line.split()
-            if lineno == 1 and parts[0].lower() in ("query-id", "query_id", "qid"):
-                continue
-            if len(parts) == 4:  # TREC format: qid iter docid grade
-                parts = [parts[0], parts[2], parts[3]]
-            if len(parts) != 3:
-                raise BeirFormatError(f"{path}:{lineno}: expected 3 tab-separated fields (query-id corpus-id score), got {len(parts)}")
-            qid, did, score = parts
-            try:
-                grade = int(float(score))
-            except ValueError:
-                raise BeirFormatError(f"{path}:{lineno}: score {score!r} is not a number") from None
-            qrels.setdefault(qid.strip(), {})[did.strip()] = grade
+    first = True
+    for lineno, line in _lines(path):
+        if not line.strip():
+            continue
+        parts = line.split("\t") if "\t" in line else line.split()
+        if first and parts[0].strip().lower() in ("query-id", "query_id", "qid"):
+            first = False
+            continue
+        first = False
+        if len(parts) == 4:  # TREC format: qid iter docid grade
+            parts = [parts[0], parts[2], parts[3]]
+        if len(parts) != 3:
+            raise BeirFormatError(f"{path}:{lineno}: expected 3 tab-separated fields (query-id corpus-id score), "
+                                  f"got {len(parts)}")
+        qid = _check_id(parts[0].strip(), path, lineno, "query-id")
+        did = _check_id(parts[1].strip(), path, lineno, "corpus-id")
+        grade = parse_grade(parts[2], f"{path}:{lineno}")
+        docs = qrels.setdefault(qid, {})
+        if did in docs and docs[did] != grade:
+            raise BeirFormatError(f"{path}:{lineno}: query {qid!r} judges document {did!r} twice, "
+                                  f"with grades {docs[did]} and {grade}")
+        docs[did] = grade
     return qrels
 
 
@@ -198,27 +283,71 @@ def _load_hub(repo_id: str, split: str | None) -> BeirData:
     qrels: Qrels = {}
     if qrels_ds is not None:
         for r in qrels_ds:
-            qrels.setdefault(str(r["query-id"]), {})[str(r["corpus-id"])] = int(r["score"])
+            qrels.setdefault(str(r["query-id"]), {})[str(r["corpus-id"])] = \
+                parse_grade(r["score"], f"{repo_id} qrels ({split}), query {r['query-id']!r}")
     data = BeirData(corpus, queries, qrels, split=split, name=repo_id)
     data.n_unknown_qrels = _check_qrels(data, repo_id)
     return data
+
+
+def looks_local(path_or_id: str | os.PathLike) -> bool:
+    """True when ``path_or_id`` can only mean a local path, never a Hub id ``owner/name``: it
+    starts with ``.``, ``/`` or ``~``, holds a backslash / OS separator or several slashes, is not
+    made of Hub id characters, or its first component exists here."""
+    s = os.fspath(path_or_id)
+    if not s or s.startswith((".", "/", "~")) or "\\" in s or (os.sep != "/" and os.sep in s):
+        return True
+    if os.path.splitdrive(s)[0]:
+        return True
+    if not _HUB_ID.fullmatch(s) or ".." in s or "--" in s:
+        return True
+    return "/" in s and os.path.exists(s.split("/", 1)[0])
+
+
+#: a Hub repo id: ``name`` or ``owner/name``, letters, digits, ``-``, ``_`` and ``.``, at most 96 each
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}(?:/[A-Za-z0-9][\w.-]{0,95})?")
+
+
+def _hub_error(repo_id: str, e: BaseException) -> BeirSourceError:
+    """One line for a Hub dataset that cannot be loaded (offline, unreachable, not found)."""
+    name = type(e).__name__
+    text = str(e)
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on") or "Offline" in name + text:
+        why = "HF_HUB_OFFLINE is set and it is not in the local cache"
+    elif "NotFound" in name or "404" in text or isinstance(e, FileNotFoundError):
+        why = "no such dataset on the Hub (or it is private / gated)"
+    else:
+        why = f"the Hub cannot be reached ({name})"
+    return BeirSourceError(f"{repo_id}: no such local folder, and the Hub dataset {repo_id!r} cannot be loaded: {why}")
 
 
 def load_beir(path_or_id: str | os.PathLike, split: str | None = "test") -> BeirData:
     """Load a BEIR folder, or a Hub dataset id when no such folder exists.
 
     ``split=None`` loads corpus and queries only. Raises :class:`BeirFormatError` for a
-    malformed folder (file and line in the message).
+    malformed folder (file and line in the message), :class:`BeirSourceError` (a
+    :class:`BeirFormatError`) for a folder that does not exist or a Hub dataset that cannot be
+    loaded. A path that looks local (see :func:`looks_local`) is never sent to the Hub.
     """
-    p = Path(path_or_id)
+    s = os.fspath(path_or_id)
+    p = Path(s).expanduser()
     if p.is_dir():
         return _load_local(p, split)
-    s = str(path_or_id)
     if p.exists():
         raise BeirFormatError(f"{s} is a file, not a BEIR folder")
-    if s.count("/") == 1 and not s.startswith((".", "/")):
+    if looks_local(s) or "/" not in s:
+        raise BeirSourceError(f"{s}: no such BEIR folder" + (
+            "" if looks_local(s) else " (and not a Hub dataset id of the form owner/name)"))
+    try:
         return _load_hub(s, split)
-    raise BeirFormatError(f"{s}: no such BEIR folder (and not a Hub dataset id of the form owner/name)")
+    except BeirFormatError:
+        raise
+    except (ConnectionError, OSError, TimeoutError) as e:  # offline, unreachable, 404 (FileNotFoundError)
+        raise _hub_error(s, e) from None
+    except Exception as e:
+        if "huggingface_hub" in type(e).__module__ or "NotFound" in type(e).__name__:
+            raise _hub_error(s, e) from None
+        raise
 
 
 def iter_corpus(source: BeirData | str | os.PathLike, batch_size: int = 10_000) -> Iterator[tuple[str, str]]:

@@ -16,11 +16,19 @@ A held-out set of the queries forms the paper's dev set: the top-10 reranked doc
 negatives (grade 0) per query, used to pick the best checkpoint by nDCG@10.
 
 Every stage (BM25 run, corpus / query embeddings, dense run, reranked run, triplets) is
-cached under ``cache_dir`` (default ``output_dir/cache``) in a file named by the hash of its
-parameters: a re-run skips finished stages, a changed parameter recomputes exactly the
-stages that depend on it, and a crash loses at most the stage that was running (cache files
-are written atomically). Several runs may share one ``cache_dir`` (a grid over samplers,
-``k`` and ``m`` computes BM25, the dense run and the reranking once).
+cached under ``cache_dir`` (default: ``.NAME.cache`` beside the output folder ``NAME``) in a
+file named by the hash of what it depends on — the *content* of its inputs, not their names:
+the corpus texts (:func:`hf_dr.embeddings.corpus_fingerprint`), the query texts, the dense
+model's weights and configuration (:func:`hf_dr.embeddings.model_fingerprint`), the reranker
+(its weights when it is a local folder or a loaded model) and every parameter. A re-run skips
+finished stages, a changed input or parameter recomputes exactly the stages that depend on it
+(an edited corpus or a model retrained in place included), and a crash loses at most the stage
+that was running (cache files are written atomically). Several runs may share one ``cache_dir``
+(a grid over samplers, ``k`` and ``m`` computes BM25, the dense run and the reranking once).
+
+The output folder is written whole or not at all: into a temporary sibling renamed into place
+when complete (:func:`hf_dr.io.output_folder`); a non-empty one is refused unless
+``overwrite``, which never deletes a folder holding an input (the data, the models, the cache).
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import shlex
 import shutil
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -37,12 +47,15 @@ import numpy as np
 from datasets import Dataset, Features, Value, load_from_disk
 from tqdm.auto import tqdm
 
+from ..embeddings import corpus_fingerprint, model_fingerprint
+from ..io import check_output_folder, local_inputs, output_folder, public_name
 from .negatives import SAMPLERS, _check_sampler, sample_negatives
 from .rerankers import Reranker, get_reranker
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PseudoLabelConfig", "PseudoLabels", "build_pseudo_labels", "StageCache", "write_dataset_card"]
+__all__ = ["PseudoLabelConfig", "PseudoLabels", "build_pseudo_labels", "StageCache", "write_dataset_card",
+           "default_cache_dir", "resolve_cache_dir"]
 
 TRAIN_COLUMNS = ["query_id", "query", "pos_id", "pos", "neg_id", "neg", "pos_score", "neg_score"]
 DEV_COLUMNS = ["query_id", "query", "doc_id", "doc", "label"]
@@ -72,19 +85,36 @@ class PseudoLabelConfig:
     dense_max_length: int | None = field(default=None, metadata={"help": "max tokens when encoding with the dense model"})
     batch_size: int = field(default=32, metadata={"help": "encoding batch size"})
 
+    #: the command-line flag of each count (named in the errors)
+    _FLAGS = {"bm25_top": "--bm25-top", "k": "--k", "m": "--m", "simans_top_k": "--simans-top-k",
+              "dev_queries": "--dev-queries", "dev_positives": "dev_positives", "dev_negatives": "dev_negatives",
+              "max_queries": "--max-queries", "dense_max_length": "--max-length", "batch_size": "--batch-size"}
+
     def validate(self) -> None:
         _check_sampler(self.negatives)
         if self.split == "test":
             raise ValueError("pseudo-labels are built from training queries; the test split is for evaluation only")
-        if self.k < 1 or self.m < 1:
-            raise ValueError(f"k and m must be at least 1 (got k={self.k}, m={self.m})")
+        minimum = {"bm25_top": 1, "k": 1, "m": 1, "simans_top_k": 1, "dev_queries": 0, "dev_positives": 1,
+                   "dev_negatives": 0, "max_queries": 1, "dense_max_length": 1, "batch_size": 1}
+        for name, low in minimum.items():
+            v = getattr(self, name)
+            if v is None and name in ("max_queries", "dense_max_length"):  # None: all queries / the model's own
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise ValueError(f"{self._FLAGS[name]} must be a whole number (got {v!r})")
+            if v < low:
+                what = "a positive number" if low == 1 else "zero or more"
+                extra = " (omit it to label all the queries)" if name == "max_queries" else ""
+                raise ValueError(f"{self._FLAGS[name]} must be {what} (got {v}){extra}")
+        for name, flag in (("simans_score_scale", "--simans-score-scale"), ("simans_a", "simans_a")):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and np.isfinite(v) and v > 0):
+                raise ValueError(f"{flag} must be a positive number (got {v!r})")
         if self.k >= self.bm25_top:
             raise ValueError(f"k={self.k} pseudo-positives leave no BM25 candidate out of {self.bm25_top} "
                              "(k must be smaller than --bm25-top)")
         if self.dev_positives > self.bm25_top:
             raise ValueError(f"dev_positives={self.dev_positives} exceeds the {self.bm25_top} BM25 candidates")
-        if self.max_queries is not None and self.max_queries < 1:
-            raise ValueError("max_queries must be at least 1")
 
 
 @dataclass
@@ -159,6 +189,81 @@ class StageCache:
         return {n: load_from_disk(str(p / n)) for n in parts}, meta
 
 
+def default_cache_dir(output_dir: str | Path) -> Path:
+    """The stage cache of an output folder ``NAME`` when none is given: ``.NAME.cache`` beside it
+    (outside the folder, which is replaced as a whole; a re-run into the same folder reuses it)."""
+    out = Path(output_dir).expanduser()
+    return out.with_name(f".{out.name}.cache")
+
+
+def resolve_cache_dir(output_dir: str | Path, cache_dir: str | Path | None = None) -> Path:
+    """``cache_dir`` (default :func:`default_cache_dir`), refused with ``ValueError`` when it lies
+    inside ``output_dir`` (replaced as a whole at the end of a run, it would lose the cache)."""
+    out = Path(output_dir).expanduser()
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir(out)
+    if root.resolve() == out.resolve() or out.resolve() in root.resolve().parents:
+        raise ValueError(f"--cache-dir {root} lies inside the output folder {out}, which is replaced as a whole: "
+                         "give a cache folder outside it (default: .NAME.cache beside the output)")
+    return root
+
+
+def _folder_fingerprint(path: Path) -> str:
+    """A hash of the names and contents of every file under ``path`` (a model folder)."""
+    h = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(f for f in path.rglob("*") if f.is_file())
+    for f in files:
+        h.update(str(f.relative_to(path) if f != path else f.name).encode() + b"\0")
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()[:32]
+
+
+def _reranker_identity(reranker) -> dict:
+    """What the reranked scores depend on besides the candidates: the reranker's kind, and its
+    weights (a loaded model's, or the files of a local model folder; a Hub id as is)."""
+    import torch
+
+    if not isinstance(reranker, str):
+        ident: dict = {"name": getattr(reranker, "name", type(reranker).__name__), "class": type(reranker).__name__}
+        for attr in ("model", "encoder"):
+            m = getattr(reranker, attr, None)
+            if m is not None and not isinstance(m, torch.nn.Module):
+                m = next((getattr(m, a) for a in ("model", "_model") if isinstance(getattr(m, a, None), torch.nn.Module)),
+                         None)
+            if m is not None:
+                ident[attr] = model_fingerprint(m)
+        if hasattr(reranker, "weights"):
+            ident["weights"] = list(reranker.weights)
+        return ident
+    kind, _, spec = str(reranker).partition(":")
+    if kind == "fusion":
+        return {"name": "fusion", "weights": [1.0, 1.0]}
+    if kind == "monot5" and not spec:
+        spec = "castorini/monot5-3b-msmarco"
+    local = Path(spec).expanduser()
+    if spec and local.exists():  # a local folder: its files, wherever it lives
+        return {"name": kind, "files": _folder_fingerprint(local)}
+    return {"name": kind, "id": spec}
+
+
+def _public_command(command: str | None) -> str | None:
+    """``command`` with every local path replaced by its name (the card is published)."""
+    if not command:
+        return command
+    try:
+        parts = shlex.split(command)
+    except ValueError:
+        return command
+    out = []
+    for a in parts:
+        flag, eq, val = a.partition("=") if a.startswith("--") else ("", "", a)
+        val = public_name(val) if (os.path.isabs(val) or Path(val).expanduser().exists()) and val not in (".", "..") \
+            else val
+        out.append(f"{flag}{eq}{val}" if eq else val)
+    return " ".join(shlex.quote(a) for a in out)
+
+
 def _reranker_name(reranker, dense_name) -> str:
     if isinstance(reranker, Reranker) or hasattr(reranker, "score_documents"):
         return reranker.name
@@ -175,7 +280,8 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
                         bm25=None, queries: Mapping[str, str] | None = None, cache_dir: str | Path | None = None,
                         doc_embeddings=None,
                         write_card: bool = True, command: str | None = None,
-                        show_progress_bar: bool = True) -> PseudoLabels:
+                        show_progress_bar: bool = True, overwrite: bool = False,
+                        inputs=()) -> PseudoLabels:
     """Run the pipeline on ``data`` (a :class:`hf_dr.data.BeirData`; only its corpus and the
     query texts of ``config.split`` are read — never its relevance labels) and write the dataset
     to ``output_dir``: the triplets as a ``datasets`` folder (``load_from_disk(output_dir)``),
@@ -190,9 +296,15 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
         bm25: a :class:`~hf_dr.retrieval.BM25Index` of ``data``'s corpus (built when needed).
         queries: ``{qid: text}`` to label instead of ``data``'s split queries (e.g. rewritten
             conversational queries, see :mod:`.rewriting`).
-        cache_dir: where stages are cached (default ``output_dir/cache``); share it across runs.
+        cache_dir: where stages are cached (default :func:`default_cache_dir`: ``.NAME.cache`` beside
+            the output folder); share it across runs. It must not lie inside ``output_dir``.
         doc_embeddings: an embeddings folder (``hf-dr encode``) of ``data``'s corpus by ``dense_encoder``,
             used instead of encoding the corpus (refused when another model or corpus made it).
+        overwrite: replace a non-empty ``output_dir`` (once the new one is complete); never one that is
+            or holds one of ``inputs`` (local paths of the data / models), the cache or ``doc_embeddings``.
+
+    ``output_dir`` is checked first (before any work) and written whole: into a temporary sibling
+    renamed into place at the end, so a crash leaves the previous folder (or none), never a mix.
 
     Queries without any BM25 hit are skipped (counted on the card); a query with fewer than
     ``k`` candidates keeps the ones it has; fewer than ``m`` available negatives keeps what
@@ -202,9 +314,13 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
 
     config = config or PseudoLabelConfig()
     config.validate()
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    cache = StageCache(cache_dir if cache_dir is not None else out / "cache")
+    out = Path(output_dir).expanduser()
+    cache_root = resolve_cache_dir(out, cache_dir)
+    emb_path = getattr(doc_embeddings, "path", doc_embeddings)
+    protected = local_inputs(*inputs, getattr(data, "name", None), cache_root,
+                             emb_path if isinstance(emb_path, (str, os.PathLike)) else None)
+    check_output_folder(out, overwrite=overwrite, inputs=protected)  # before any work
+    cache = StageCache(cache_root)
     doc_ids, texts = data.doc_ids(), data.doc_texts()
     index_of = {d: i for i, d in enumerate(doc_ids)}
     if queries is None:
@@ -219,7 +335,11 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
         raise ValueError("the fusion reranker and SimANS negatives need the current dense retriever (--dense-model)")
     dense_name = dense_name or (type(dense_encoder).__name__ if dense_encoder is not None else None)
 
-    corpus_key = {"corpus": _digest([data.name, len(doc_ids), doc_ids[:1000], doc_ids[-1000:]])}
+    # every key holds the content its stage depends on, not a path or a name: the corpus texts, the
+    # query texts, the dense model's weights + configuration, the reranker's identity, the parameters
+    _, corpus_fp = corpus_fingerprint(zip(doc_ids, texts))
+    dense_fp = model_fingerprint(dense_encoder) if dense_encoder is not None else None
+    corpus_key = {"corpus": corpus_fp}
     query_key = {"queries": _digest([(q, queries[q]) for q in qids])}
     bm25_key = {**corpus_key, **query_key, "bm25_top": config.bm25_top}
     state = {"bm25": bm25}
@@ -241,7 +361,7 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
         logger.warning("%d of %d queries have no BM25 hit and get no pseudo-labels", len(no_hits), len(qids))
 
     # 2. dense embeddings (one corpus encoding, shared by the fusion reranker and SimANS)
-    dense_key = {**corpus_key, "model": dense_name, "max_length": config.dense_max_length}
+    dense_key = {**corpus_key, "model": dense_fp, "max_length": config.dense_max_length}
     emb = {}
 
     def encode_docs():
@@ -251,7 +371,8 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
         from ..embeddings import Embeddings
 
         folder = doc_embeddings if isinstance(doc_embeddings, Embeddings) else Embeddings(doc_embeddings)
-        folder.check(dense_encoder, doc_ids=doc_ids, max_length=config.dense_max_length)
+        folder.check(dense_encoder, doc_ids=doc_ids, max_length=config.dense_max_length,
+                     corpus_fingerprint=corpus_fp)
         if folder.is_sparse:
             raise ValueError(f"{folder.path} holds sparse vectors: the pipeline's dense retriever needs dense ones")
         return folder.matrix()
@@ -263,14 +384,15 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
 
     def query_emb() -> dict[str, np.ndarray]:
         if "queries" not in emb:
-            arr = cache.array("query_embeddings", {**query_key, "model": dense_name, "max_length": config.dense_max_length},
+            arr = cache.array("query_embeddings", {**query_key, "model": dense_fp, "max_length": config.dense_max_length},
                               lambda: dense_encoder.encode_queries([queries[q] for q in qids], batch_size=config.batch_size))
             emb["queries"] = dict(zip(qids, arr))
         return emb["queries"]
 
     # 3. rerank
     rr_name = _reranker_name(reranker, dense_name)
-    rr_key = {**bm25_key, "reranker": rr_name, **({"dense": dense_key} if rr_name.startswith("fusion") else {})}
+    rr_ident = _reranker_identity(reranker)
+    rr_key = {**bm25_key, "reranker": rr_ident, **({"dense": dense_key} if rr_name.startswith("fusion") else {})}
     rr_state = {"obj": reranker if not isinstance(reranker, str) else None}
 
     def get_reranker_obj() -> Reranker:
@@ -365,26 +487,37 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
 
     parts, meta = cache.datasets("triplets", trip_key, make)
     train, dev = parts["train"], parts["dev"]
-    stats = {"source": str(data.name), "queries": len(qids), "queries_without_bm25_hits": len(no_hits),
+    # what the folder says about its inputs: names, never paths of this machine (it gets published)
+    stats = {"source": public_name(data.name), "queries": len(qids), "queries_without_bm25_hits": len(no_hits),
              "train_queries": len(train_q), "dev_queries": len(dev_q), "triplets": len(train), "dev_rows": len(dev),
-             **meta, "reranker": rr_name, "dense_model": dense_name, "config": asdict(config),
-             "cache": {"reused": cache.hits, "computed": cache.computed}}
+             **meta, "reranker": _public_reranker_name(reranker, dense_name), "dense_model": public_name(dense_name),
+             "config": asdict(config), "cache": {"reused": cache.hits, "computed": cache.computed},
+             "fingerprints": {"corpus": corpus_fp, "queries": query_key["queries"], "dense_model": dense_fp},
+             "command": _public_command(command)}
 
-    # the dataset folder: triplets at the top (load_from_disk(output_dir)), dev beside them
-    _save_dataset(train, out)
-    _save_dataset(dev, out / "dev")
-    (out / "data").mkdir(exist_ok=True)
-    train.to_parquet(str(out / "data" / "train-00000-of-00001.parquet"))
-    dev.to_parquet(str(out / "data" / "dev-00000-of-00001.parquet"))
-    (out / "stats.json").write_text(json.dumps(stats, indent=1, default=str))
-    if write_card:
-        write_dataset_card(out, stats, command=command)
+    # the dataset folder, written whole: triplets at the top (load_from_disk(output_dir)), dev beside them
+    with output_folder(out, overwrite=overwrite, inputs=protected) as tmp:
+        _save_dataset(train, tmp)
+        _save_dataset(dev, tmp / "dev")
+        (tmp / "data").mkdir(exist_ok=True)
+        train.to_parquet(str(tmp / "data" / "train-00000-of-00001.parquet"))
+        dev.to_parquet(str(tmp / "data" / "dev-00000-of-00001.parquet"))
+        (tmp / "stats.json").write_text(json.dumps(stats, indent=1, default=str))
+        if write_card:
+            write_dataset_card(tmp, stats, command=stats["command"])
     return PseudoLabels(train, dev, stats, out)
 
 
+def _public_reranker_name(reranker, dense_name) -> str:
+    """The reranker as the card names it: a local model folder by its name only."""
+    name = _reranker_name(reranker, public_name(dense_name))
+    kind, sep, spec = name.partition(":")
+    return f"{kind}:{public_name(spec)}" if sep and kind in ("monot5", "cross-encoder") else name
+
+
 def _save_dataset(ds: Dataset, path: Path) -> None:
-    """``save_to_disk`` into ``path`` (which may hold other things: the card, ``dev/``, the cache),
-    replacing a previous save's shards only."""
+    """``save_to_disk`` into ``path`` (which may hold other things: the card, ``dev/``), replacing a
+    previous save's shards only."""
     path.mkdir(parents=True, exist_ok=True)
     for old in list(path.glob("data-*.arrow")) + [path / "dataset_info.json", path / "state.json"]:
         old.unlink(missing_ok=True)
@@ -407,9 +540,11 @@ def write_dataset_card(out: str | Path, stats: dict, command: str | None = None,
     card_data = dict(
         language="en", task_categories=["text-retrieval"], pretty_name=f"DoDress pseudo-labels for {source}",
         tags=["hf-dr", "pseudo-labels", "dodress", f"negatives-{cfg['negatives']}"],
-        configs=[{"config_name": "default", "data_files": [
-            {"split": "train", "path": "data/train-*.parquet"}, {"split": "dev", "path": "data/dev-*.parquet"}]}])
+        # two configs: the triplets and the dev set have different columns (one config cannot mix them)
+        configs=[{"config_name": "default", "data_files": [{"split": "train", "path": "data/train-*.parquet"}]},
+                 {"config_name": "dev", "data_files": [{"split": "dev", "path": "data/dev-*.parquet"}]}])
     fields = {k: v for k, v in stats.items() if k not in ("config", "cache")}
+    fields = {k: v for k, v in fields.items() if k not in ("fingerprints", "command")}
     return write_card(out, "dataset_pseudo_labels", card_data, repo_type="dataset", source_name=source,
-                      repo_id=repo_id or f"<user>/{source}-dodress-pseudo-labels", command=command or "(library call)",
-                      **{**cfg, **fields})
+                      repo_id=repo_id or f"<user>/{source}-dodress-pseudo-labels",
+                      command=command or stats.get("command") or "(library call)", **{**cfg, **fields})

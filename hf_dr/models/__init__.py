@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+import re
 from pathlib import Path
 
-__all__ = ["load_encoder", "default_model_path", "DenseEncoder", "QueryTowerEncoder"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["load_encoder", "check_model", "quiet_loading", "ModelLoadError", "default_model_path", "DenseEncoder",
+           "QueryTowerEncoder"]
 
 
 def __getattr__(name):
@@ -35,16 +41,169 @@ def default_model_path() -> str:
     return "sentence-transformers/all-MiniLM-L6-v2"
 
 
-def _config(path: str) -> dict:
-    p = Path(path) / "config.json"
-    if p.is_file():
-        return json.loads(p.read_text())
-    try:
-        from huggingface_hub import hf_hub_download
+class ModelLoadError(ValueError):
+    """A model folder / Hub id that cannot be loaded as asked (printed without a traceback by the CLI)."""
 
-        return json.loads(Path(hf_hub_download(path, "config.json")).read_text())
-    except Exception:
+
+#: weight files a transformers folder may hold (sharded ones come with an index)
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+_MLM_ARCH = re.compile(r"(ForMaskedLM|ForPreTraining)$")
+_MLM_KEY = re.compile(r"(^|\.)(cls\.predictions|lm_head|vocab_projector|generator_lm_head)\.")
+
+
+def _config(path: str) -> dict:
+    """The config.json of a folder or Hub id; ``{}`` when there is none or it cannot be read."""
+    try:
+        return check_model(path)
+    except ModelLoadError:
         return {}
+
+
+def _weight_names(folder: Path) -> list[str] | None:
+    """The parameter names stored in a local folder (safetensors headers / shard index), or
+    ``None`` when they cannot be read cheaply (``pytorch_model.bin``)."""
+    for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        if (folder / index).is_file():
+            try:
+                return list(json.loads((folder / index).read_text())["weight_map"])
+            except (ValueError, KeyError, TypeError):
+                return None
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        return None
+    from safetensors import safe_open
+
+    names: list[str] = []
+    for f in files:
+        try:
+            with safe_open(str(f), framework="pt") as g:
+                names += list(g.keys())
+        except Exception as e:  # a truncated / foreign file
+            raise ModelLoadError(f"{f}: not a readable safetensors file ({e})") from None
+    return names
+
+
+def _hub_reason(e: BaseException) -> str:
+    name, text = type(e).__name__, str(e)
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on") or "Offline" in name + text:
+        return "HF_HUB_OFFLINE is set and it is not in the local cache"
+    if "NotFound" in name or "404" in text or "Gated" in name or "401" in text:
+        return "no such model on the Hub (or it is private / gated)"
+    return f"the Hub cannot be reached ({name})"
+
+
+def check_model(path_or_id: str | os.PathLike, kind: str = "auto") -> dict:
+    """Check, before any expensive work, that ``path_or_id`` can be loaded as a ``kind`` encoder;
+    return its ``config.json``. Raises :class:`ModelLoadError` (a ``ValueError``) for:
+
+    * a folder without ``config.json`` or without weights (``model.safetensors`` /
+      ``pytorch_model.bin``), or a file;
+    * a path that does not exist and looks local (``./m``, ``runs/m`` where ``runs`` exists...):
+      "no such model folder", never a Hub download;
+    * a Hub id whose config cannot be fetched (offline and not cached, unreachable, not found);
+    * ``kind="sparse"`` for a checkpoint without a masked-LM head (``BertModel``, a
+      sentence-transformers model...): SPLADE would score through a randomly initialised head.
+    """
+    from ..data.beir import looks_local
+
+    s = os.fspath(path_or_id)
+    p = Path(s).expanduser()
+    names = None
+    if p.is_dir():
+        cfg_file = p / "config.json"
+        if not cfg_file.is_file():
+            raise ModelLoadError(f"{s} is not a model folder: config.json is missing")
+        try:
+            cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ModelLoadError(f"{cfg_file}: not a readable JSON config ({e})") from None
+        if not isinstance(cfg, dict):
+            raise ModelLoadError(f"{cfg_file}: expected a JSON object")
+        if not any((p / f).is_file() for f in WEIGHT_FILES) and not any(p.glob("*.safetensors")):
+            raise ModelLoadError(f"{s} has no weights: config.json but no model.safetensors or pytorch_model.bin "
+                                 "(an unfinished copy or download?)")
+        if kind == "sparse":
+            names = _weight_names(p)
+    elif p.exists():
+        raise ModelLoadError(f"{s} is a file, not a model folder")
+    elif looks_local(s):
+        raise ModelLoadError(f"{s}: no such model folder")
+    else:
+        try:
+            from huggingface_hub import hf_hub_download
+
+            cfg = json.loads(Path(hf_hub_download(s, "config.json")).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:  # offline, unreachable, 404 / gated (huggingface_hub errors are OSErrors)
+            raise ModelLoadError(f"{s}: no such local folder, and the Hub model {s!r} cannot be loaded: "
+                                 f"{_hub_reason(e)}") from None
+    if kind == "sparse" and "auto_map" not in cfg:
+        archs = [a for a in cfg.get("architectures") or [] if isinstance(a, str)]
+        has_head = any(_MLM_ARCH.search(a) for a in archs) or any(_MLM_KEY.search(n) for n in names or ())
+        if not has_head and (archs or names is not None):
+            raise ModelLoadError(
+                f"{s} has no masked-LM head (architectures: {', '.join(archs) or 'none'}"
+                + ("; its weights hold no cls.predictions / lm_head" if names is not None else "")
+                + "): as a sparse (SPLADE) model it would score through a randomly initialised head. "
+                "Use a *ForMaskedLM checkpoint (e.g. naver/splade-cocondenser-ensembledistil) or load it as dense")
+    return cfg
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_REPORT_ROW = re.compile(r"^(\S+)\s*\|\s*(MISSING|UNEXPECTED|MISMATCH)", re.M)
+
+
+class _Capture(logging.Filter):
+    """Keeps transformers' weight-loading report (and its tied-weights notes) out of the logs."""
+
+    def __init__(self):
+        super().__init__()
+        self.records: list[str] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = _ANSI.sub("", record.getMessage())
+        if "LOAD REPORT" in msg or "seem corrupted" in msg or "were not initialized" in msg \
+                or "were not used when initializing" in msg:
+            self.records.append(msg)
+            return False
+        return True
+
+
+@contextlib.contextmanager
+def quiet_loading(name: str, expected_missing: tuple[str, ...] = ("pooler.",)):
+    """Load weights without transformers' load report and progress bar, unless debug logging is
+    on (``hf-dr -v``). Afterwards, weights the checkpoint lacks that were randomly initialised
+    (other than ``expected_missing`` prefixes: the unused pooler) give one WARNING line of ours;
+    ignored extra weights (an MLM head under an encoder) give a DEBUG line."""
+    if logger.isEnabledFor(logging.DEBUG):
+        yield
+        return
+    from transformers.utils import logging as hf_logging
+
+    capture = _Capture()
+    targets = [logging.getLogger(n) for n in ("transformers.modeling_utils", "transformers.utils.loading_report")]
+    for t in targets:
+        t.addFilter(capture)
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        for t in targets:
+            t.removeFilter(capture)
+        if bars:
+            hf_logging.enable_progress_bar()
+    missing, unexpected = [], []
+    for msg in capture.records:
+        for key, status in _REPORT_ROW.findall(msg):
+            (missing if status != "UNEXPECTED" else unexpected).append(key)
+    bad = [k for k in missing if not k.startswith(expected_missing)]
+    if bad:
+        logger.warning("%s: %d weight(s) missing from the checkpoint were randomly initialised (%s%s); "
+                       "run with -v for transformers' load report", name, len(bad), ", ".join(bad[:3]),
+                       ", ..." if len(bad) > 3 else "")
+    if unexpected or len(bad) < len(missing):
+        logger.debug("%s: ignored %d checkpoint weight(s) this encoder does not use (%s), %d expected missing",
+                     name, len(unexpected), ", ".join(unexpected[:3]), len(missing) - len(bad))
 
 
 def load_encoder(path_or_id: str | os.PathLike, kind: str = "auto", **kwargs):
@@ -53,21 +212,29 @@ def load_encoder(path_or_id: str | os.PathLike, kind: str = "auto", **kwargs):
     * a folder saved by a model of the suite (its config has ``auto_map``) loads with
       ``AutoModel.from_pretrained(..., trust_remote_code=True)``;
     * ``kind="sparse"`` (or a ``*ForMaskedLM`` checkpoint asked for as sparse) wraps the MLM
-      checkpoint as a plain SPLADE model (``SPLADECAI.from_backbone``);
+      checkpoint as a plain SPLADE model (``SPLADECAI.from_backbone``); a checkpoint without an
+      MLM head is refused (:class:`ModelLoadError`);
     * anything else is a :class:`DenseEncoder` (sentence-transformers settings honoured).
+
+    :func:`check_model` runs first: a missing folder, a folder without weights or a Hub id that
+    cannot be fetched is a :class:`ModelLoadError` naming it. transformers' weight-loading report
+    is replaced by one line of ours where it matters (see :func:`quiet_loading`).
     """
+    if kind not in ("auto", "dense", "sparse"):
+        raise ValueError(f"unknown encoder kind {kind!r}: use auto, dense or sparse")
     path_or_id = str(path_or_id)
-    cfg = _config(path_or_id)
+    cfg = check_model(path_or_id, kind=kind)
     if "auto_map" in cfg and "AutoModel" in cfg["auto_map"]:
         from transformers import AutoModel
 
-        return AutoModel.from_pretrained(path_or_id, trust_remote_code=True, **kwargs)
+        with quiet_loading(path_or_id):
+            return AutoModel.from_pretrained(path_or_id, trust_remote_code=True, **kwargs)
     if kind == "sparse":
         from .splade import SPLADECAI
 
-        return SPLADECAI.from_backbone(path_or_id, **kwargs)
-    if kind not in ("auto", "dense"):
-        raise ValueError(f"unknown encoder kind {kind!r}: use auto, dense or sparse")
+        with quiet_loading(path_or_id):
+            return SPLADECAI.from_backbone(path_or_id, **kwargs)
     from .dense import DenseEncoder
 
-    return DenseEncoder.from_pretrained(path_or_id, **kwargs)
+    with quiet_loading(path_or_id):
+        return DenseEncoder.from_pretrained(path_or_id, **kwargs)

@@ -12,6 +12,7 @@ from .contrastive import ContrastiveObjective, MarginMSEObjective, all_gather_wi
 from .ranknet import RankNetObjective
 from .splade import SpladeObjective
 from .berm import BERMObjective
+from .mlm import MLMObjective
 
 OBJECTIVES = {
     "contrastive": ContrastiveObjective,
@@ -19,6 +20,7 @@ OBJECTIVES = {
     "splade": SpladeObjective,
     "berm": BERMObjective,
     "ranknet": RankNetObjective,
+    "mlm": MLMObjective,
 }
 
 
@@ -30,4 +32,5 @@ def get_objective(name: str, **kwargs):
 
 
 __all__ = ["OBJECTIVES", "get_objective", "ContrastiveObjective", "MarginMSEObjective",
-           "all_gather_with_grad", "SpladeObjective", "BERMObjective", "RankNetObjective"]
+           "all_gather_with_grad", "SpladeObjective", "BERMObjective", "RankNetObjective",
+           "MLMObjective"]

@@ -2,13 +2,61 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from .run import Run, run_from_scores
 
-__all__ = ["BM25Index"]
+__all__ = ["BM25Index", "import_bm25s", "check_stemmer", "check_stopwords", "stemmer_names"]
+
+
+def import_bm25s():
+    """``import bm25s``, undoing its ``logging.getLogger("bm25s").setLevel(DEBUG)`` (which prints
+    "DEBUG bm25s: Building index..." through any configured handler): its logger inherits the
+    application's level again, so the messages show only under debug logging (``hf-dr -v``)."""
+    import bm25s
+
+    log = logging.getLogger("bm25s")
+    if log.level == logging.DEBUG:
+        log.setLevel(logging.NOTSET)
+    return bm25s
+
+
+def stemmer_names() -> list[str]:
+    """PyStemmer's languages (``english``, ``french``, ``porter``...)."""
+    import Stemmer
+
+    return sorted(Stemmer.algorithms())
+
+
+def check_stemmer(name: str | None) -> str | None:
+    """``name`` when PyStemmer knows it (``None`` / ``"none"``: no stemming); else ``ValueError``
+    listing some valid names."""
+    if name is None or str(name).lower() in ("none", ""):
+        return None
+    names = stemmer_names()
+    if name not in names:
+        common = [n for n in ("english", "porter", "french", "german", "spanish") if n in names]
+        raise ValueError(f"unknown stemmer {name!r}: use none or a PyStemmer language, e.g. {', '.join(common)} "
+                         f"({len(names)} in all: {', '.join(names)})")
+    return name
+
+
+def check_stopwords(stopwords: str | list[str] | None) -> str | list[str] | None:
+    """``stopwords`` when bm25s knows them (``"en"``, ``"de"``, ``"french"``..., a list, or
+    ``None`` / ``"none"``); else ``ValueError`` naming the value."""
+    if stopwords is None or (isinstance(stopwords, str) and stopwords.lower() in ("none", "")):
+        return None
+    if isinstance(stopwords, str):
+        bm25s = import_bm25s()
+        try:
+            bm25s.tokenize(["x"], stopwords=stopwords, show_progress=False)
+        except ValueError:
+            raise ValueError(f"unknown stopwords {stopwords!r}: use none, en, de, nl, fr, es, pt, it, ru, sv, no, "
+                             "zh, tr, ko or da (or a list of words)") from None
+    return stopwords
 
 
 class BM25Index:
@@ -25,7 +73,7 @@ class BM25Index:
     def __init__(self, doc_ids: Sequence[str], texts: Sequence[str], *, stemmer: str | None = "english",
                  stopwords: str | list[str] | None = "en", k1: float = 1.5, b: float = 0.75,
                  method: str = "lucene", show_progress_bar: bool = False):
-        import bm25s
+        bm25s = import_bm25s()
 
         doc_ids = [str(d) for d in doc_ids]
         texts = list(texts)
@@ -34,14 +82,17 @@ class BM25Index:
         if not texts:
             raise ValueError("cannot index an empty corpus")
         self.doc_ids = doc_ids
-        self.stopwords = stopwords
+        self.stopwords = stopwords = check_stopwords(stopwords)
         self._stemmer = None
-        if stemmer:
+        if check_stemmer(stemmer):
             import Stemmer
 
             self._stemmer = Stemmer.Stemmer(stemmer)
         self._bm25s = bm25s
         tokens = bm25s.tokenize(texts, stopwords=stopwords, stemmer=self._stemmer, show_progress=show_progress_bar)
+        if not tokens.vocab:
+            raise ValueError(f"none of the {len(texts)} documents has a term to index (words of two or more "
+                             "letters or digits that are not stop words): BM25 has nothing to search")
         self.retriever = bm25s.BM25(k1=k1, b=b, method=method)
         self.retriever.index(tokens, show_progress=show_progress_bar)
 

@@ -13,17 +13,17 @@ __all__ = ["Run", "write_trec_run", "read_trec_run", "top_k_run", "run_from_scor
 
 
 def write_trec_run(run: Run, path: str | os.PathLike, tag: str = "hf-dr", top_k: int | None = None) -> Path:
-    """Write ``qid Q0 docid rank score tag`` lines, each query sorted by descending score."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        for qid, docs in run.items():
-            ranked = sorted(docs.items(), key=lambda x: (-x[1], x[0]))
-            if top_k is not None:
-                ranked = ranked[:top_k]
-            for rank, (did, score) in enumerate(ranked, 1):
-                f.write(f"{qid} Q0 {did} {rank} {score:.6f} {tag}\n")
-    return path
+    """Write ``qid Q0 docid rank score tag`` lines, each query sorted by descending score (through a
+    temporary file and a rename: a crash never leaves a truncated run)."""
+    from ..io import atomic_write_text
+
+    lines = []
+    for qid, docs in run.items():
+        ranked = sorted(docs.items(), key=lambda x: (-x[1], x[0]))
+        if top_k is not None:
+            ranked = ranked[:top_k]
+        lines.extend(f"{qid} Q0 {did} {rank} {score:.6f} {tag}\n" for rank, (did, score) in enumerate(ranked, 1))
+    return atomic_write_text(path, "".join(lines))
 
 
 def read_trec_run(path: str | os.PathLike) -> Run:

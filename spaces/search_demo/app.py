@@ -1,15 +1,30 @@
-"""hf-dr search demo: a Gradio Space over any BEIR corpus.
+"""hf-dr search demo: a Gradio Space over the BEIR corpora its owner configured.
 
-Choose a corpus (a BEIR folder; the bundled SciFact sample by default), a retriever (BM25, dense,
-BERM, DDR with a DAM per target domain, SPLADE-CAI with / without IDF, or the BM25 + dense hybrid),
-type a query, read the ranked list. SPLADE hits show the query / document term weights that
-matched; BERM hits highlight their essential matching unit. Each (corpus, model) index is built
-once, with a progress bar, and cached for the life of the process.
+Choose a corpus (from the owner's list; the bundled SciFact sample by default), a retriever (BM25,
+dense, BERM, DDR with a DAM per target domain, SPLADE-CAI with / without IDF, or the BM25 + dense
+hybrid), type a query, read the ranked list. SPLADE hits show the query / document term weights that
+matched; BERM hits highlight their essential matching unit.
 
-Models come from environment variables (defaults work offline):
+Visitors only ever pick a corpus *name*: every endpoint refuses any other value (a path, a Hub id)
+with "unknown corpus", and messages shown to visitors carry no server path and no traceback (the
+detail goes to the server log). Indexes are built in background threads (the configured corpora's
+at start-up), one build per (corpus, retriever, model) key, so a build never blocks searches on
+indexes that are ready; a search on an index that is still being built waits at most
+``HF_DR_BUILD_WAIT`` seconds, then says so. Built indexes live in a bounded LRU cache.
+
+Settings come from environment variables (defaults work offline):
 
 =====================  ==========================================================================
-HF_DR_CORPUS           BEIR folder shown first (default: the bundled ``scifact-mini`` sample)
+HF_DR_CORPUS           one BEIR folder (or ``name=folder``; default: the bundled ``scifact-mini``
+                       sample); its name in the list is the folder's name
+HF_DR_CORPORA          several corpora: ``name=folder;name=folder`` (``;`` or new lines between
+                       entries; a Hub dataset id also works as the folder). Without HF_DR_CORPUS
+                       only these are offered; with it, HF_DR_CORPUS comes first
+HF_DR_CACHE_SIZE       built indexes kept (LRU, default 4; loaded corpora: the same bound)
+HF_DR_BUILD_WAIT       seconds a search waits for an index being built (default 20)
+HF_DR_PREBUILD         retrievers built for every configured corpus at start-up, in the background
+                       (default ``BM25,Dense``; empty: none)
+HF_DR_CONCURRENCY      searches served at once (Gradio's concurrency_limit, default 16)
 HF_DR_DENSE_MODEL      dense model (default: all-MiniLM-L6-v2, as ``hf-dr quickstart``)
 HF_DR_SPLADE_MODEL     SPLADECAI folder / MLM checkpoint (default: ``../shared/models/splade-tiny``
                        beside the repository when present, else ``naver/splade-cocondenser-ensembledistil``)
@@ -33,8 +48,11 @@ import html
 import json
 import logging
 import os
+import re
 import sys
 import threading
+import time
+from collections import OrderedDict
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -70,9 +88,19 @@ def _default_corpus() -> str:
     return str(SAMPLE)
 
 
+def _corpus_name(path_or_id: str) -> str:
+    """The name a visitor sees for a corpus: its folder's (or Hub dataset's) last part, never a path."""
+    return Path(path_or_id.rstrip("/\\")).name or path_or_id
+
+
 @dataclass
 class SpaceConfig:
     corpus: str = field(default_factory=_default_corpus)
+    corpora: str | None = None
+    cache_size: int = 4
+    build_wait: float = 20.0
+    prebuild: str | None = "BM25,Dense"
+    concurrency: int = 16
     dense_model: str = field(default_factory=_default_dense)
     splade_model: str | None = field(default_factory=_default_splade)
     berm_model: str | None = None
@@ -96,14 +124,41 @@ class SpaceConfig:
             env = os.environ.get(f"HF_DR_{f.name.upper()}")
             if env is not None:
                 values[f.name] = env
-        for k in ("batch_size", "top_k"):
+        for k in ("batch_size", "top_k", "cache_size", "concurrency"):
             if k in values:
                 values[k] = int(values[k])
+        if "build_wait" in values:
+            values["build_wait"] = float(values["build_wait"])
         unknown = set(values) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"unknown Space settings {sorted(unknown)}")
-        return cls(**{k: (v or None) if k not in ("corpus", "dense_model", "device") else v
-                      for k, v in values.items()})
+        if values.get("corpora") and "corpus" not in values:
+            values["corpus"] = ""  # HF_DR_CORPORA alone: only its corpora, not the bundled sample
+        keep = ("corpus", "dense_model", "device", "batch_size", "top_k", "cache_size", "build_wait", "concurrency")
+        return cls(**{k: (v or None) if k not in keep else v for k, v in values.items()})
+
+    def corpus_map(self) -> dict[str, str]:
+        """``{name shown to visitors: BEIR folder or Hub id}``, in the order of the list: the only
+        corpora this Space ever opens."""
+        entries = ([self.corpus] if self.corpus else []) + [
+            e for e in re.split(r"[;\n]", self.corpora or "") if e.strip()]
+        out: dict[str, str] = {}
+        for entry in entries:
+            entry = entry.strip()
+            name, sep, path = entry.partition("=")
+            if not sep or Path(entry).exists() or "/" in name or os.sep in name:
+                name, path = _corpus_name(entry), entry  # a bare folder / Hub id: named after its last part
+            name, path = name.strip(), path.strip()
+            if not name or not path:
+                raise ValueError(f"bad corpus entry {entry!r}: use name=folder")
+            if name in out:
+                if out[name] == path:
+                    continue
+                raise ValueError(f"two corpora are named {name!r}: name them (HF_DR_CORPORA=\"name=folder;...\")")
+            out[name] = path
+        if not out:
+            raise ValueError("no corpus configured: set HF_DR_CORPUS or HF_DR_CORPORA")
+        return out
 
     def dams(self) -> dict[str, str]:
         """``{target domain: DAM path}`` from ``ddr_dams`` (a folder of DAM folders, or name=path pairs)."""
@@ -156,40 +211,167 @@ class UserError(Exception):
     """Bad input: shown to the user as a message, never as a traceback."""
 
 
+class StillBuilding(UserError):
+    """The index a search needs is being built (in the background): try again in a moment."""
+
+
+UNKNOWN_CORPUS = "unknown corpus: choose one of the corpora in the list"
+
+
+class BuildCache:
+    """Values built once per key in background threads, kept in a bounded LRU.
+
+    One build per key (a second request for a key being built waits for that build; it never
+    starts another), no lock held while building (builds of other keys and look-ups of built keys
+    go on), at most ``size`` values kept: the least recently used are dropped (``size=None``:
+    unbounded). A failed build is not cached: its error goes to the requests waiting for it, and the
+    next request builds again.
+    """
+
+    class _Job:
+        def __init__(self):
+            self.done = threading.Event()
+            self.value = None
+            self.error: BaseException | None = None
+
+    def __init__(self, size: int | None, name: str = "build"):
+        self.size = None if size is None else max(1, int(size))
+        self.name = name
+        self._mu = threading.Lock()  # guards the two dicts only: never held while building
+        self._ready: OrderedDict = OrderedDict()
+        self._jobs: dict = {}
+        self.evicted = 0
+
+    def __contains__(self, key) -> bool:
+        with self._mu:
+            return key in self._ready
+
+    def keys(self) -> list:
+        with self._mu:
+            return list(self._ready)
+
+    def building(self) -> list:
+        with self._mu:
+            return list(self._jobs)
+
+    def start(self, key, build):
+        """The job building ``key`` (started now when none is), or None when ``key`` is built."""
+        with self._mu:
+            if key in self._ready:
+                self._ready.move_to_end(key)
+                return None
+            job = self._jobs.get(key)
+            if job is None:
+                job = self._jobs[key] = self._Job()
+                threading.Thread(target=self._run, args=(key, job, build), daemon=True,
+                                 name=f"hf-dr-{self.name}-{key}").start()
+            return job
+
+    def get(self, key, build, wait: float | None = None, on_wait=None):
+        """The value of ``key``, built (in the background) when missing; waits at most ``wait``
+        seconds (None: as long as it takes), calling ``on_wait(seconds waited)`` every half second,
+        then raises :class:`TimeoutError` while the build goes on."""
+        with self._mu:
+            if key in self._ready:
+                self._ready.move_to_end(key)
+                return self._ready[key]
+        job = self.start(key, build)
+        if job is None:
+            return self.get(key, build, wait, on_wait)
+        t0 = time.monotonic()
+        while not job.done.is_set():
+            left = None if wait is None else wait - (time.monotonic() - t0)
+            if left is not None and left <= 0:
+                raise TimeoutError(key)
+            job.done.wait(0.5 if left is None else min(0.5, left))
+            if on_wait is not None and not job.done.is_set():
+                on_wait(time.monotonic() - t0)
+        if job.error is not None:
+            raise job.error
+        return job.value
+
+    def wait_built(self, key, timeout: float | None = None) -> bool:
+        """Wait until no build of ``key`` is running; whether ``key`` is then built."""
+        with self._mu:
+            job = self._jobs.get(key)
+        if job is not None:
+            job.done.wait(timeout)
+        return key in self
+
+    def _run(self, key, job, build) -> None:
+        try:
+            job.value = build()
+        except BaseException as e:  # noqa: BLE001 - handed to the requests waiting for this build
+            job.error = e
+            if not isinstance(e, UserError):
+                logger.exception("building %s %r failed", self.name, key)
+        with self._mu:
+            self._jobs.pop(key, None)
+            if job.error is None:
+                self._ready[key] = job.value
+                self._ready.move_to_end(key)
+                while self.size is not None and len(self._ready) > self.size:
+                    old, _ = self._ready.popitem(last=False)
+                    self.evicted += 1
+                    logger.info("evicted %s %r (cache size %d)", self.name, old, self.size)
+        job.done.set()
+
+
 # ---------------------------------------------------------------------------- the engine
 class SearchEngine:
-    """Loads corpora and models once and caches every index built from them."""
+    """Serves the configured corpora only; builds each index once, in the background, and keeps
+    the ``cfg.cache_size`` most recently used."""
 
     def __init__(self, cfg: SpaceConfig):
         self.cfg = cfg
-        self._corpora: dict = {}
-        self._models: dict = {}
-        self._indexes: dict = {}
-        self._lock = threading.Lock()  # one build at a time: two clicks must not encode twice
+        self.corpora = cfg.corpus_map()  # name -> folder / Hub id: never shown to visitors
+        self._corpora = BuildCache(cfg.cache_size, "corpus")
+        self._models = BuildCache(None, "model")  # one per configured model / DAM: bounded by the configuration
+        self._indexes = BuildCache(cfg.cache_size, "index")
+        self._splade_fit = threading.Lock()  # fitting IDF sets the shared SPLADE model's weights: one corpus at a time
+
+    # -- what visitors may name -----------------------------------------------------------
+    def corpus_names(self) -> list[str]:
+        return list(self.corpora)
+
+    def _check_corpus(self, name) -> str:
+        if not isinstance(name, str) or name not in self.corpora:
+            raise UserError(UNKNOWN_CORPUS)
+        return name
+
+    def public(self, message: str) -> str:
+        """``message`` with every server path replaced by the name of what it is (or ``<path>``)."""
+        known = {path: f"“{name}”" for name, path in self.corpora.items()}
+        for name, path in self.corpora.items():
+            if Path(path).exists():
+                known[str(Path(path).resolve())] = f"“{name}”"
+        known.update({path: f"DAM “{name}”" for name, path in self.cfg.dams().items()})
+        for attr in ("dense_model", "splade_model", "berm_model", "ddr_rem", "ddr_dams", "qdrant_path",
+                     "qdrant_edge", "qdrant_url"):
+            v = getattr(self.cfg, attr)
+            if v:
+                known.setdefault(v, f"<{attr}>")
+        for path in sorted(known, key=len, reverse=True):
+            message = message.replace(path, known[path])
+        return _redact_paths(message)
 
     # -- cached pieces --------------------------------------------------------------------
-    def corpus(self, path: str):
+    def corpus(self, name: str, wait: float | None = None, on_wait=None):
         from hf_dr.data import load_beir
 
-        key = str(Path(path).resolve()) if Path(path).exists() else path
-        if key not in self._corpora:
-            self._corpora[key] = load_beir(path, split=None)
-        return key, self._corpora[key]
+        name = self._check_corpus(name)
+        return self._corpora.get(name, lambda: load_beir(self.corpora[name], split=None), wait, on_wait)
 
     def model(self, key: tuple, load):
-        if key not in self._models:
+        def build():
             from hf_dr.encoding import resolve_device
 
             m = load()
             if hasattr(m, "to"):
                 m.to(resolve_device(self.cfg.device))
-            self._models[key] = m
-        return self._models[key]
+            return m
 
-    def index(self, key: tuple, build):
-        if key not in self._indexes:
-            self._indexes[key] = build()
-        return self._indexes[key]
+        return self._models.get(key, build)
 
     # -- models ---------------------------------------------------------------------------
     def dense_model(self):
@@ -216,52 +398,45 @@ class SearchEngine:
         from hf_dr.models.ddr import DDRModel
 
         path = self.cfg.dams().get(dam) if dam and dam != SOURCE_DAM else None
-        if dam and dam != SOURCE_DAM and path is None:
-            raise UserError(f"unknown DAM {dam!r}: choose one of {', '.join(self.cfg.dams()) or 'none configured'}")
         return self.model(("ddr", self.cfg.ddr_rem, path),
                           lambda: DDRModel.from_pretrained(self.cfg.ddr_rem, **({"dam": path} if path else {})).merge())
 
-    # -- retrievers: one per (corpus, retriever, model), each behind the one Retriever interface ---
-    def retriever(self, ckey: str, data, retriever: str, dam: str | None, use_idf: bool, progress):
-        """The :class:`~hf_dr.retrieval.Retriever` of a choice, built (corpus encoded) once."""
-        from hf_dr.retrieval import BM25Retriever, EncoderRetriever, HybridRetriever
+    # -- index builders (run in background threads) ---------------------------------------
+    def _build_bm25(self, data):
+        from hf_dr.retrieval import BM25Retriever
 
-        def encoded(model, mkey):
-            progress(0.1, desc="Loading the model")
-            m = model()
-            progress(0.2, desc=f"Encoding {len(data.corpus)} documents (once per corpus and model)")
-            return self.index((ckey, *mkey), lambda: EncoderRetriever.from_data(m, data, batch_size=self.cfg.batch_size))
+        return BM25Retriever.from_data(data)
 
-        if retriever == "BM25":
-            return self.index((ckey, "bm25"), lambda: BM25Retriever.from_data(data))
-        if retriever == "Dense":
-            return encoded(self.dense_model, ("dense", self.cfg.dense_model))
-        if retriever == "Hybrid (BM25 + dense)":
-            parts = [self.retriever(ckey, data, "BM25", None, use_idf, progress),
-                     self.retriever(ckey, data, "Dense", None, use_idf, progress)]
-            return HybridRetriever(parts, method="zscore", depth=100)
-        if retriever == "DDR":
-            if not self.cfg.ddr_rem:
-                raise UserError("DDR is not configured: set HF_DR_DDR_REM")
-            return encoded(lambda: self.ddr_model(dam), ("ddr", self.cfg.ddr_rem, dam or SOURCE_DAM))
-        if retriever == "BERM":
-            ok, note = berm_status()
-            if not ok or not self.cfg.berm_model:
-                raise UserError(note or "BERM is not configured: set HF_DR_BERM_MODEL")
-            return encoded(self.berm_model, ("berm", self.cfg.berm_model))
-        if retriever == "Qdrant":
-            return self.index(("qdrant",), self._qdrant)
-        if not self.cfg.splade_model:
-            raise UserError("SPLADE-CAI is not configured: set HF_DR_SPLADE_MODEL")
-        return self._splade(ckey, data, use_idf, progress)
+    def _build_encoded(self, model, data):
+        from hf_dr.retrieval import EncoderRetriever
+
+        return EncoderRetriever.from_data(model(), data, batch_size=self.cfg.batch_size)
+
+    def _build_splade(self, data):
+        """SPLADE documents are encoded once; IDF (Eq. 6, fitted on *this* corpus as CAI does) is
+        the retriever's transform of the stored vectors (Eq. 7), so switching IDF on and off costs nothing."""
+        from hf_dr.retrieval import EncoderRetriever
+
+        m = self.splade_model()
+        texts = data.doc_texts()
+        with self._splade_fit:
+            old = m.config.use_idf
+            m.config.use_idf = False
+            try:
+                plain = m.encode_corpus(texts, batch_size=self.cfg.batch_size, show_progress_bar=False)
+            finally:
+                m.config.use_idf = old
+            m.fit_idf(texts, enable=old)  # Eq. 6 on the corpus being searched
+            weights = m.idf_weights().cpu().numpy()[None, :]  # idf ** idf_exponent (Eq. 7)
+        return {idf: EncoderRetriever(m, plain, data.doc_ids(), batch_size=self.cfg.batch_size,
+                                      doc_transform=(lambda d: d.multiply(weights).tocsr()) if idf else None)
+                for idf in (False, True)}
 
     def _qdrant(self):
         """The configured collection (only that one: visitors cannot point the Space elsewhere)."""
         from hf_dr.retrieval.qdrant import QdrantRetriever, open_store
 
         c = self.cfg
-        if not (c.qdrant_url or c.qdrant_path or c.qdrant_edge):
-            raise UserError("Qdrant is not configured: set HF_DR_QDRANT_URL / _PATH / _EDGE and _COLLECTION")
         store = open_store(c.qdrant_collection, url=c.qdrant_url, path=c.qdrant_path, edge=c.qdrant_edge,
                            api_key=os.environ.get("QDRANT_API_KEY"))
         kinds = sorted((store.manifest() or {}).get("vectors", {}))
@@ -274,67 +449,150 @@ class SearchEngine:
             raise UserError("the Qdrant collection has no vectors this Space can encode queries for")
         return QdrantRetriever(store, encoders, exact=False)
 
-    def _splade(self, ckey, data, use_idf, progress):
-        """SPLADE documents are encoded once; IDF (Eq. 6, fitted on *this* corpus as CAI does) is
-        the retriever's transform of the stored vectors (Eq. 7), so switching IDF on and off costs nothing."""
-        from hf_dr.retrieval import EncoderRetriever
+    def index_key(self, name: str, retriever: str, dam: str | None = None) -> tuple:
+        """The cache key of a (corpus, retriever, model) index."""
+        c = self.cfg
+        return {"BM25": (name, "bm25"), "Dense": (name, "dense", c.dense_model),
+                "DDR": (name, "ddr", c.ddr_rem, dam or SOURCE_DAM), "BERM": (name, "berm", c.berm_model),
+                "SPLADE-CAI": (name, "splade", c.splade_model), "Qdrant": ("qdrant",)}[retriever]
 
-        progress(0.1, desc="Loading the SPLADE model")
-        m = self.splade_model()
-        mkey = ("splade", self.cfg.splade_model)
+    def _check_retriever(self, retriever: str, dam: str | None) -> None:
+        c = self.cfg
+        if retriever == "DDR":
+            if not c.ddr_rem:
+                raise UserError("DDR is not configured: set HF_DR_DDR_REM")
+            if dam and dam != SOURCE_DAM and dam not in c.dams():
+                raise UserError(f"unknown DAM: choose one of {', '.join([SOURCE_DAM, *c.dams()])}")
+        elif retriever == "BERM":
+            ok, note = berm_status()
+            if not ok or not c.berm_model:
+                raise UserError(note or "BERM is not configured: set HF_DR_BERM_MODEL")
+        elif retriever == "Qdrant" and not (c.qdrant_url or c.qdrant_path or c.qdrant_edge):
+            raise UserError("Qdrant is not configured: set HF_DR_QDRANT_URL / _PATH / _EDGE and _COLLECTION")
+        elif retriever == "SPLADE-CAI" and not c.splade_model:
+            raise UserError("SPLADE-CAI is not configured: set HF_DR_SPLADE_MODEL")
 
-        def encode_docs():
-            texts = data.doc_texts()
-            old = m.config.use_idf
-            m.config.use_idf = False
-            try:
-                plain = m.encode_corpus(texts, batch_size=self.cfg.batch_size, show_progress_bar=True)
-            finally:
-                m.config.use_idf = old
-            m.fit_idf(texts, enable=old)  # Eq. 6 on the corpus being searched
-            weights = m.idf_weights().cpu().numpy()[None, :]  # idf ** idf_exponent (Eq. 7)
-            return {idf: EncoderRetriever(m, plain, data.doc_ids(), batch_size=self.cfg.batch_size,
-                                          doc_transform=(lambda d: d.multiply(weights).tocsr()) if idf else None)
-                    for idf in (False, True)}
+    def _builder(self, name: str, retriever: str, dam: str | None):
+        """What builds the index of a key: loads the corpus, then encodes / indexes it."""
+        if retriever == "Qdrant":
+            return self._qdrant
 
-        progress(0.2, desc=f"Encoding {len(data.corpus)} documents (once per corpus and model)")
-        return self.index((ckey, *mkey), encode_docs)[bool(use_idf)]
+        def build():
+            data = self.corpus(name)
+            if retriever == "BM25":
+                return self._build_bm25(data)
+            if retriever == "SPLADE-CAI":
+                return self._build_splade(data)
+            model = {"Dense": self.dense_model, "BERM": self.berm_model, "DDR": lambda: self.ddr_model(dam)}[retriever]
+            return self._build_encoded(model, data)
+
+        return build
+
+    def start_build(self, name: str, retriever: str, dam: str | None = None):
+        """Start building an index in the background (nothing when it is built or being built)."""
+        self._check_corpus(name)
+        self._check_retriever(retriever, dam)
+        return self._indexes.start(self.index_key(name, retriever, dam), self._builder(name, retriever, dam))
+
+    def prebuild(self) -> threading.Thread | None:
+        """Build ``cfg.prebuild``'s retrievers for every configured corpus, one after the other, in a
+        background thread (at most ``cfg.cache_size`` indexes: more would evict the first ones)."""
+        wanted = [r.strip() for r in (self.cfg.prebuild or "").split(",") if r.strip()]
+        todo = [(n, r) for n in self.corpora for r in wanted if r in RETRIEVERS and r != "Qdrant"][:self.cfg.cache_size]
+        if not todo:
+            return None
+
+        def run():
+            for name, retriever in todo:
+                try:
+                    job = self.start_build(name, retriever)
+                    if job is not None:
+                        job.done.wait()
+                except Exception:  # noqa: BLE001 - logged; a visitor's search shows the error
+                    logger.exception("prebuilding %s on %s failed", retriever, name)
+
+        t = threading.Thread(target=run, daemon=True, name="hf-dr-prebuild")
+        t.start()
+        return t
+
+    def retriever(self, name: str, retriever: str, dam: str | None = None, use_idf: bool = True,
+                  progress=None, wait: float | None = None):
+        """The :class:`~hf_dr.retrieval.Retriever` of a choice: built (corpus encoded) once, in the
+        background; waits at most ``wait`` seconds (default ``cfg.build_wait``) for a build."""
+        from hf_dr.retrieval import HybridRetriever
+
+        self._check_corpus(name)
+        if retriever == "Hybrid (BM25 + dense)":
+            parts = [self.retriever(name, r, None, use_idf, progress, wait) for r in ("BM25", "Dense")]
+            return HybridRetriever(parts, method="zscore", depth=100)
+        self._check_retriever(retriever, dam)
+        wait = self.cfg.build_wait if wait is None else wait
+        label = f"{retriever} index of “{name}”"
+
+        def on_wait(seconds):
+            if progress is not None:
+                progress((int(seconds), None), desc=f"Building the {label} (once per corpus and model)", unit="s")
+
+        try:
+            r = self._indexes.get(self.index_key(name, retriever, dam), self._builder(name, retriever, dam),
+                                  wait, on_wait)
+        except TimeoutError:
+            raise StillBuilding(f"The {label} is being built: try again in a moment.") from None
+        return r[bool(use_idf)] if retriever == "SPLADE-CAI" else r
 
     # -- search ---------------------------------------------------------------------------
-    def search(self, corpus_path: str, retriever: str, query: str, dam: str | None = None, use_idf: bool = True,
-               top_k: int = 10, progress=None) -> list[dict]:
-        """Ranked hits ``[{doc_id, score, title, text, why, why_html}]`` for one query."""
-        query = (query or "").strip()
-        if not query:
+    def search(self, corpus: str, retriever: str, query: str, dam: str | None = None, use_idf: bool = True,
+               top_k: int = 10, progress=None, wait: float | None = None) -> list[dict]:
+        """Ranked hits ``[{doc_id, score, title, text, why, why_html}]`` for one query on the
+        configured corpus named ``corpus``."""
+        name = self._check_corpus(corpus)
+        if not isinstance(query, str) or not query.strip():
             raise UserError("Type a query first.")
-        if retriever not in RETRIEVERS:
-            raise UserError(f"unknown retriever {retriever!r}")
-        top_k = max(1, int(top_k or self.cfg.top_k))
+        query = query.strip()
+        if not isinstance(retriever, str) or retriever not in RETRIEVERS:
+            raise UserError("unknown retriever: choose one in the list")
+        if dam is not None and not isinstance(dam, str):
+            raise UserError("unknown DAM")
+        try:
+            top_k = max(1, min(1000, int(top_k or self.cfg.top_k)))
+        except (TypeError, ValueError):
+            raise UserError("the number of results must be a number") from None
         progress = progress or (lambda *a, **k: None)
-        corpus_path = (corpus_path or "").strip() or self.cfg.corpus
-        with self._lock:
-            progress(0.0, desc="Loading the corpus")
-            ckey, data = self.corpus(corpus_path)
-            r = self.retriever(ckey, data, retriever, dam, use_idf, progress)
-            run = r.search({"q": query}, top_k)["q"]
-            pos = {d: i for i, d in enumerate(data.doc_ids())}
-            why: dict[str, tuple[str, str]] = {}
-            if retriever == "BERM":
-                texts = data.doc_texts()
-                why = {d: _essential_unit(r.encoder, query, texts[pos[d]]) for d in run}
-            elif retriever == "SPLADE-CAI":
-                why = _matched_terms(r, query, [pos[d] for d in run], list(run))
-            progress(1.0, desc="Done")
+        progress(0.0, desc="Loading the corpus")
+        wait = self.cfg.build_wait if wait is None else wait
+        r = self.retriever(name, retriever, dam, use_idf, progress, wait)  # its build loads the corpus
+        try:
+            data = self.corpus(name, wait)
+        except TimeoutError:
+            raise StillBuilding(f"The corpus “{name}” is being loaded: try again in a moment.") from None
+        run = r.search({"q": query}, top_k)["q"]
+        pos = {d: i for i, d in enumerate(data.doc_ids())}
+        why: dict[str, tuple[str, str]] = {}
+        if retriever == "BERM":
+            texts = data.doc_texts()
+            why = {d: _essential_unit(r.encoder, query, texts[pos[d]]) for d in run if d in pos}
+        elif retriever == "SPLADE-CAI":
+            why = _matched_terms(r, query, [pos[d] for d in run], list(run))
+        progress(1.0, desc="Done")
         ranked = sorted(run.items(), key=lambda x: (-x[1], x[0]))[:top_k]
         hits = []
         for d, s in ranked:
             if d not in pos:  # a Qdrant collection of another corpus than the one shown
-                raise UserError(f"document {d!r} of the Qdrant collection is not in the corpus {corpus_path}")
+                raise UserError(f"a document of the Qdrant collection is not in the corpus “{name}”: "
+                                "choose the corpus the collection was built from")
             row = data.corpus[pos[d]]
             w_text, w_html = why.get(d, ("", ""))
             hits.append({"doc_id": d, "score": float(s), "title": row["title"], "text": row["text"],
                          "why": w_text, "why_html": w_html})
         return hits
+
+
+_PATH = re.compile(r"""(?<![\w.~/-])(?:[A-Za-z]:\\|~/|\.{1,2}/|/)[^\s'"`,;()\[\]<>]*""")
+
+
+def _redact_paths(message: str) -> str:
+    """Absolute and relative file paths in ``message`` replaced by ``<path>``."""
+    return _PATH.sub("<path>", message)
 
 
 def _matched_terms(retriever, query: str, rows: list[int], doc_ids: list[str]) -> dict[str, tuple[str, str]]:
@@ -397,43 +655,37 @@ def render_hits(hits: list[dict], max_chars: int = 400) -> str:
     return "\n".join(out)
 
 
-def build_demo(cfg: SpaceConfig | None = None) -> gr.Blocks:
+def build_demo(cfg: SpaceConfig | None = None, engine: SearchEngine | None = None, prebuild: bool = True) -> gr.Blocks:
+    """The Space's Blocks (``demo.engine``: its :class:`SearchEngine`); starts the configured
+    prebuilds in the background unless ``prebuild=False``."""
     cfg = cfg or SpaceConfig.from_env()
-    engine = SearchEngine(cfg)
+    engine = engine or SearchEngine(cfg)
     choices, notes = available_retrievers(cfg)
     dam_choices = [SOURCE_DAM, *cfg.dams()]
+    names = engine.corpus_names()
 
-    def run_search(corpus_path, retriever, dam, use_idf, top_k, query, progress=gr.Progress(track_tqdm=True)):
-        from hf_dr.data import BeirFormatError
-        from hf_dr.models.ddr import DAMMismatchError
-
+    def run_search(corpus, retriever, dam, use_idf, top_k, query, progress=gr.Progress()):
+        # every endpoint of this app goes through here: a client can send anything for any argument
         try:
-            hits = engine.search(corpus_path, retriever, query, dam=dam, use_idf=use_idf, top_k=top_k,
-                                 progress=progress)
-        except DAMMismatchError as e:
-            return _error(f"This DAM does not fit the REM: {e}")
-        except (UserError, BeirFormatError) as e:
-            return _error(str(e))
-        except (OSError, ValueError, ImportError) as e:  # unreadable model / corpus paths, offline Hub ids
-            logger.exception("search failed")
-            return _error(f"{type(e).__name__}: {e}")
-        except Exception as e:  # noqa: BLE001 - the UI shows a message, the log keeps the traceback
-            logger.exception("search failed")
-            return _error(f"Unexpected error ({type(e).__name__}): {e}")
+            hits = engine.search(corpus, retriever, query, dam=dam, use_idf=use_idf, top_k=top_k, progress=progress)
+        except Exception as e:  # noqa: BLE001 - visitors get a message, the log keeps the detail
+            return _error(visitor_message(engine, e))
         rows = [[i, h["doc_id"], round(h["score"], 4), h["title"], h["why"]] for i, h in enumerate(hits, 1)]
         label = retriever + (f" · DAM {dam}" if retriever == "DDR" else "") + (
             f" · {'with' if use_idf else 'without'} IDF" if retriever == "SPLADE-CAI" else "")
-        status = f"**{len(hits)} results** for “{html.escape(query.strip())}” · {label} · corpus `{corpus_path}`"
+        status = (f"**{len(hits)} results** for “{html.escape(query.strip())}” · {html.escape(label)} · "
+                  f"corpus “{html.escape(corpus)}”")
         return status, render_hits(hits), rows
 
     with gr.Blocks(title="hf-dr search demo") as demo:
-        gr.Markdown("# hf-dr search demo\nDomain-adapted retrievers over any BEIR corpus: BM25, dense, BERM, "
-                    "DDR (swappable DAMs), SPLADE-CAI and a hybrid. The first query on a corpus builds its index.")
-        if notes:
-            gr.Markdown("\n".join(f"- {n}" for n in notes), elem_id="notes")
+        gr.Markdown("# hf-dr search demo\nDomain-adapted retrievers over BEIR corpora: BM25, dense, BERM, "
+                    "DDR (swappable DAMs), SPLADE-CAI and a hybrid. Indexes are built once per corpus and model.")
+        if notes:  # for the Space's owner: closed, so visitors see the search first
+            with gr.Accordion("Retrievers not offered here", open=False, elem_id="notes-box"):
+                gr.Markdown("\n".join(f"- {n}" for n in notes), elem_id="notes")
         with gr.Row():
-            corpus = gr.Textbox(value=cfg.corpus, label="Corpus (BEIR folder: corpus.jsonl, queries.jsonl)", scale=3,
-                                elem_id="corpus")
+            corpus = gr.Dropdown(names, value=names[0], label="Corpus", scale=2, elem_id="corpus",
+                                 allow_custom_value=False, filterable=False)
             retriever = gr.Dropdown(choices, value="Dense" if "Dense" in choices else choices[0], label="Retriever",
                                     elem_id="retriever")
             dam = gr.Dropdown(dam_choices, value=SOURCE_DAM, label="DAM (DDR: one per target domain)",
@@ -449,15 +701,46 @@ def build_demo(cfg: SpaceConfig | None = None) -> gr.Blocks:
         results = gr.HTML(elem_id="results")
         table = gr.Dataframe(headers=TABLE_HEADERS, label="Ranked list", interactive=False, elem_id="table")
         inputs = [corpus, retriever, dam, use_idf, top_k, query]
-        button.click(run_search, inputs, [status, results, table], api_name="search")
-        query.submit(run_search, inputs, [status, results, table], api_name=False)
-        retriever.change(lambda r: (gr.update(visible=r == "DDR"), gr.update(visible=r == "SPLADE-CAI")),
-                         retriever, [dam, use_idf], api_name=False)
+        limit = max(1, int(cfg.concurrency))
+        button.click(run_search, inputs, [status, results, table], api_name="search", concurrency_limit=limit,
+                     concurrency_id="search")
+        query.submit(run_search, inputs, [status, results, table], api_name=False, concurrency_limit=limit,
+                     concurrency_id="search")
+        retriever.change(_toggle_options, retriever, [dam, use_idf], api_name=False, queue=False)
+    demo.queue(default_concurrency_limit=limit)
+    demo.engine = engine
+    if prebuild:
+        engine.prebuild()
     return demo
 
 
+def _toggle_options(retriever):
+    return gr.update(visible=retriever == "DDR"), gr.update(visible=retriever == "SPLADE-CAI")
+
+
+def visitor_message(engine: SearchEngine, e: BaseException) -> str:
+    """What a visitor reads for an error: a sentence without server paths or tracebacks (the
+    detail goes to the server log)."""
+    from hf_dr.data import BeirFormatError
+    from hf_dr.models.ddr import DAMMismatchError
+
+    if isinstance(e, UserError):
+        return engine.public(str(e))
+    logger.error("search failed", exc_info=e)
+    if isinstance(e, DAMMismatchError):
+        return engine.public(f"This DAM does not fit the REM: {e}")
+    if isinstance(e, BeirFormatError):
+        return engine.public(f"The corpus could not be loaded: {e}")
+    if isinstance(e, (OSError, ValueError, ImportError)):  # unreadable model / corpus, offline Hub ids
+        return f"The server could not load what this search needs ({type(e).__name__}); the details are in its log."
+    return f"Unexpected error ({type(e).__name__}); the details are in the server log."
+
+
 def _error(message: str):
-    gr.Warning(message)
+    try:
+        gr.Warning(message)
+    except Exception:  # noqa: BLE001 - outside a request (tests, scripts) there is no page to warn
+        pass
     return f"**⚠️ {html.escape(message)}**", "", []
 
 

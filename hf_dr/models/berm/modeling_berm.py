@@ -103,7 +103,18 @@ class BERMEncoder(EncoderMixin, PreTrainedModel):
         # auto_map in config.json + the code files beside the weights: trust_remote_code loading
         self.register_for_auto_class("AutoModel")
         self.config.register_for_auto_class()
-        super().save_pretrained(save_directory, *args, **kwargs)
+        # a local backbone folder is recorded by its name only: no local path in config.json
+        holders = [(self.config, "backbone_name_or_path"), (self.config.backbone_config, "_name_or_path")]
+        saved = [(o, a, getattr(o, a, None)) for o, a in holders if o is not None]
+        for o, a, v in saved:
+            if v and os.path.exists(str(v)):
+                setattr(o, a, os.path.basename(os.path.abspath(str(v))))
+        try:
+            super().save_pretrained(save_directory, *args, **kwargs)
+        finally:
+            for o, a, v in saved:
+                if v is not None:
+                    setattr(o, a, v)
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(save_directory)
 

@@ -114,7 +114,14 @@ def load_dam_model(path_or_id: str, **kwargs) -> PreTrainedModel:
     """A DAM as ``AutoModelForMaskedLM``. A checkpoint without MLM head weights (e.g. the
     sentence-transformers ``BertModel`` all-MiniLM-L6-v2) gets a freshly initialised head
     whose decoder is tied to the word embeddings; the missing weights are logged."""
-    model, info = AutoModelForMaskedLM.from_pretrained(str(path_or_id), output_loading_info=True, **kwargs)
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # its load report / tied-weights notes: we log our own line below
+    try:
+        model, info = AutoModelForMaskedLM.from_pretrained(str(path_or_id), output_loading_info=True, **kwargs)
+    finally:
+        hf_logging.set_verbosity(level)
     missing = list(info.get("missing_keys") or [])
     if missing:
         head_only = all(not k.startswith(model.base_model_prefix + ".") for k in missing)
@@ -335,7 +342,7 @@ class DDRModel(PreTrainedModel, EncoderMixin):
         if not isinstance(dam, PreTrainedModel):
             dam = str(dam)
             if not Path(dam).is_absolute() and (root / dam).is_dir():
-                dam = str(root / dam)
+                dam = os.path.normpath(root / dam)
             dam_model = load_dam_model(dam, **hub)
         else:
             dam_model = dam
@@ -352,6 +359,11 @@ class DDRModel(PreTrainedModel, EncoderMixin):
             model.to(getattr(torch, dtype) if isinstance(dtype, str) else dtype)
         model.eval()
         return model
+
+    def load_checkpoint_weights(self, directory: str | os.PathLike) -> None:
+        """Load the REM of a training checkpoint (``RetrievalTrainer`` resume / best model); the
+        frozen DAM is not in it and stays as it is."""
+        self._load_rem_file(Path(directory) / REM_WEIGHTS_NAME)
 
     def _load_rem_file(self, path: Path) -> None:
         from safetensors.torch import load_file
@@ -376,10 +388,16 @@ class DDRModel(PreTrainedModel, EncoderMixin):
         old = self.config.dam_name_or_path
         self.config.dam_name_or_path = dam_name_or_path
         self.config.architectures = [type(self).__name__]
+        bb = self.config.backbone_config
+        old_bb = getattr(bb, "_name_or_path", None)
+        if old_bb and Path(str(old_bb)).exists():  # a local folder: its name only, no local path
+            bb._name_or_path = Path(str(old_bb)).resolve().name
         try:
             self.config.save_pretrained(directory)
         finally:
             self.config.dam_name_or_path = old
+            if old_bb is not None:
+                bb._name_or_path = old_bb
 
     def save_rem(self, save_directory: str | os.PathLike, dam_name_or_path: str | None = None) -> None:
         """Save the REM only (LoRA + adapters, unmerged), its config, tokenizer and model
@@ -390,12 +408,18 @@ class DDRModel(PreTrainedModel, EncoderMixin):
         d = Path(save_directory)
         d.mkdir(parents=True, exist_ok=True)
         dam_ref = dam_name_or_path if dam_name_or_path is not None else self.config.dam_name_or_path
-        if dam_ref is not None and Path(dam_ref).is_dir():
-            dam_ref = str(Path(dam_ref).resolve())
+        if dam_ref is not None and not (not Path(dam_ref).is_absolute() and (d / dam_ref).is_dir()) \
+                and Path(dam_ref).is_dir():
+            # relative to the REM folder (from_pretrained resolves it from there): no absolute local
+            # path in config.json, and the pair keeps loading when moved together
+            try:
+                dam_ref = os.path.relpath(Path(dam_ref).resolve(), d.resolve())
+            except ValueError:  # another drive (Windows): the folder name only
+                dam_ref = Path(dam_ref).resolve().name
         self._write_config(d, dam_ref)
         with self._unmerged():
             state = {k: v.detach().contiguous().cpu() for k, v in self.rem_state_dict().items()}
-        save_file(state, str(d / REM_WEIGHTS_NAME), metadata={"format": "pt", "hf_dr": "ddr-rem"})
+        save_file(state, str(d / REM_WEIGHTS_NAME), metadata={"format": "pt"})  # one key: byte-identical files per seed
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(d)
 

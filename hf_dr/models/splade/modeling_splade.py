@@ -11,6 +11,7 @@ transformed. Eq. 6-7: documents are multiplied by IDF weights fitted on the targ
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 
 import torch
@@ -144,7 +145,16 @@ class SPLADECAI(EncoderMixin, PreTrainedModel):
         # auto_map in config.json + the code files beside the weights: trust_remote_code loading
         self.register_for_auto_class("AutoModel")
         self.config.register_for_auto_class()
-        super().save_pretrained(save_directory, *args, **kwargs)
+        # a local backbone folder is recorded by its name only: no local path in config.json
+        bb = getattr(self.config, "backbone_config", None)
+        old_path = getattr(bb, "_name_or_path", None) if bb is not None else None
+        if old_path and os.path.exists(str(old_path)):
+            bb._name_or_path = os.path.basename(os.path.abspath(str(old_path)))
+        try:
+            super().save_pretrained(save_directory, *args, **kwargs)
+        finally:
+            if old_path is not None:
+                bb._name_or_path = old_path
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(save_directory)
 
