@@ -53,6 +53,8 @@ class Work:
     def __init__(self, root: Path):
         self.root = root
         shutil.copytree(SAMPLE, root / "data")
+        # training queries for hf-dr label (the sample has test judgments only; labels are never read)
+        shutil.copy(root / "data" / "qrels" / "test.tsv", root / "data" / "qrels" / "train.tsv")
 
     def run(self, *args: str, script: str | None = None, env: dict | None = None, timeout: int = 900) -> Result:
         cmd = [sys.executable, script] if script else [sys.executable, "-m", "hf_dr.cli"]
@@ -90,7 +92,7 @@ def _write_qrels(work: Work, line: str) -> None:
     q.write_text("\n".join(rows) + "\n")
 
 
-LABEL = ["label", "--data", "data", "--split", "test", "--dense-model", MINILM, "--max-length", "64",
+LABEL = ["label", "--data", "data", "--split", "train", "--dense-model", MINILM, "--max-length", "64",
          "--max-queries", "20", "--dev-queries", "5", "--negatives", "bm25"]
 
 
@@ -127,27 +129,30 @@ def case_label_user_file(work: Work):
     (out / "README.md").write_text("my notes\n")
     r = work.run(*LABEL, "--output", "mine")
     kept = (out / "README.md").read_text() == "my notes\n"
-    return r, "hf-dr label ... --output mine   (mine/README.md is the user's)", f"user's README.md kept: {kept}", kept
+    return r, "hf-dr label ... --output mine   (mine/README.md is the user's)", f"user's README.md kept: {kept}", \
+        kept and "not empty" in r.err
 
 
 def case_label_overwrite_input(work: Work):
-    r = work.run(*[("." if a == "data" else a) for a in LABEL], "--output", ".", "--overwrite")
-    ok = (work.root / "data" / "corpus.jsonl").is_file()
-    return r, "hf-dr label --data . ... --output . --overwrite", f"input folder intact: {ok}", ok
+    shutil.copytree(work.root / "data", work.root / "proj" / "data")
+    r = work.run(*[("proj/data" if a == "data" else a) for a in LABEL], "--output", "proj", "--overwrite")
+    ok = (work.root / "proj" / "data" / "corpus.jsonl").is_file()
+    return r, "hf-dr label --data proj/data ... --output proj --overwrite", f"input folder intact: {ok}", \
+        ok and "refusing" in r.err
 
 
 def case_label_crash(work: Work):
-    """A crash after the train split is saved and before the dev split: no half folder."""
-    code = ("import sys, hf_dr.labeling.pseudo_relevance as pr; orig = pr._save_dataset; n = [0]\n"
-            "def boom(ds, path):\n    n[0] += 1\n    if n[0] == 2: raise KeyboardInterrupt('killed between train and dev')\n"
+    """kill -9 after the train split is saved and before the dev split: no half folder."""
+    code = ("import os, sys, hf_dr.labeling.pseudo_relevance as pr; orig = pr._save_dataset; n = [0]\n"
+            "def boom(ds, path):\n    n[0] += 1\n    if n[0] == 2: os.kill(os.getpid(), 9)\n"
             "    return orig(ds, path)\n"
             "pr._save_dataset = boom\nfrom hf_dr.cli import main; sys.exit(main(sys.argv[1:]))\n")
     script = work.root / "crash.py"
     script.write_text(code)
     r = work.run(*LABEL, "--output", "labels", script=str(script))
     absent = not (work.root / "labels").exists()
-    return r, "hf-dr label ... --output labels   (interrupted after the train split was saved)", \
-        f"labels/ absent after the crash: {absent}", absent
+    return r, "hf-dr label ... --output labels   (kill -9 after the train split was saved)", \
+        f"killed (exit {r.rc}); labels/ absent: {absent}", absent and r.rc == -9
 
 
 def case_label_stale_corpus(work: Work):
@@ -263,17 +268,16 @@ def case_stemmer(work: Work):
 
 
 def case_unwritable_output(work: Work):
-    ro = work.root / "ro"
-    ro.mkdir()
-    os.chmod(ro, 0o555)
-    r = work.run("evaluate", "--data", "data", "--retriever", "dense", "--model", MINILM, "--output", "ro/out")
-    os.chmod(ro, 0o755)
-    return r, "hf-dr evaluate --data data --retriever dense ... --output ro/out   (ro/ read-only)", \
+    """As root (this machine) a read-only folder is writable, so the folder cannot be created at all:
+    its parent is a file."""
+    r = work.run("evaluate", "--data", "data", "--retriever", "dense", "--model", MINILM,
+                 "--output", "data/corpus.jsonl/out")
+    return r, "hf-dr evaluate --data data --retriever dense ... --output data/corpus.jsonl/out", \
         f"refused after {r.seconds:.1f} s (before encoding)", r.rc == 2 and r.seconds < 30
 
 
 def case_push_offline(work: Work):
-    m = _trained_model(work)
+    _trained_model(work)
     r = work.run("push", "model", "--repo-id", "someone/model")
     return r, "hf-dr push model --repo-id someone/model   (Hub unreachable)", "one-line message", r.rc == 2
 
@@ -323,7 +327,7 @@ def case_bm25_quiet(work: Work):
 
 
 def case_published_clean(work: Work):
-    m = _trained_model(work)
+    _trained_model(work)
     r = work.run("push", "model", "--local-dir", "repo")
     repo = work.root / "repo"
     leaks, modes = [], []
@@ -344,7 +348,7 @@ CASES = [
     ("push --local-dir . --overwrite", "data loss", case_push_cwd),
     ("label into a folder with the user's files", "data loss", case_label_user_file),
     ("label --overwrite over its own input", "data loss", case_label_overwrite_input),
-    ("label interrupted between the train and dev saves", "data loss", case_label_crash),
+    ("label killed between the train and dev saves", "data loss", case_label_crash),
     ("push a labels folder --dataset", "data loss", case_push_labels),
     ("label re-run after the corpus texts changed", "stale results", case_label_stale_corpus),
     ("label re-run after the dense model was retrained in place", "stale results", case_label_stale_model),
@@ -368,6 +372,8 @@ CASES = [
 
 
 def _message(r: Result, work: Path) -> str:
+    if r.rc < 0:
+        return f"(killed by signal {-r.rc})"
     lines = [ln for ln in r.err.splitlines() if ln.strip()]
     err = next((ln for ln in lines if "error" in ln.lower()), lines[-1] if lines and r.rc else "")
     err = err.replace(str(work.resolve()) + "/", "WORK/").replace(str(work) + "/", "WORK/")
@@ -422,7 +428,8 @@ def main() -> int:
         done[name] = row
         print(f"[{row['verdict']:>11}] {name}: exit {row['exit_status']} {row['message'][:100]}", flush=True)
     rows = [done[n] for n, _, _ in CASES if n in done]
-    data = {"command": command_line(), "machine": machine(), "date": time.strftime("%Y-%m-%d"), "rows": rows}
+    # every row is made by the same code whichever cases a run selected: the command that re-makes them all
+    data = {"command": command_line().split(" --only")[0], "machine": machine(), "date": time.strftime("%Y-%m-%d"), "rows": rows}
     path.write_text(json.dumps(data, indent=1) + "\n")
     if DOC.is_file():
         DOC.write_text(render_doc(DOC.read_text(), data))

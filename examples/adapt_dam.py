@@ -32,14 +32,13 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments, enable_full_determinism, set_seed
+from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments
 
 from hf_dr.io import one_line_warnings
 from hf_dr.adaptation.mlm import MLMArguments, load_mlm_model, mlm_loss, train_mlm
 from hf_dr.data import load_beir
 from hf_dr.io import atomic_write_json
-from hf_dr.training import (CheckpointError, final_output, portable_reference, quiet_progress_bars,
-                            resolve_checkpoint)
+from hf_dr.training import CheckpointError, final_output, portable_reference, start_training
 
 
 @dataclass
@@ -74,10 +73,8 @@ def main():
     dam_args, mlm_args, training_args = parser.parse_args_into_dataclasses()
     if dam_args.role not in ("source", "target"):
         fail("--role must be 'source' or 'target'")
-    if training_args.disable_tqdm:  # also the loading / saving / dataset progress bars
-        quiet_progress_bars()
-    try:
-        resume = resolve_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint, auto=True)
+    try:  # progress bars, the checkpoint to resume, the seed before any weight is initialised (a new MLM head)
+        resume = start_training(training_args)
     except CheckpointError as e:
         fail(str(e))
     texts = read_corpus(dam_args.corpus)
@@ -89,8 +86,6 @@ def main():
             raise ValueError("--eval_documents must be smaller than the corpus")
         texts, eval_texts = texts[:-dam_args.eval_documents], texts[-dam_args.eval_documents:]
     tokenizer = AutoTokenizer.from_pretrained(dam_args.model_name_or_path)
-    # the seed before any weight is initialised (a new MLM head)
-    enable_full_determinism(training_args.seed) if training_args.full_determinism else set_seed(training_args.seed)
     model = load_mlm_model(dam_args.model_name_or_path)
     before = mlm_loss(model, tokenizer, eval_texts, mlm_args) if eval_texts else None
     model.train()

@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import HfArgumentParser, enable_full_determinism, set_seed
+from transformers import HfArgumentParser
 
 
 STYLES = ("vanilla", "hard_negatives", "distillation")
@@ -146,13 +146,10 @@ def train(m: ModelArguments, d: DataArguments, b: BERMArguments, args):
     from hf_dr.data.units import annotate_units
     from hf_dr.io import atomic_write_json
     from hf_dr.models.berm import BERMEncoder
-    from hf_dr.training import RetrievalTrainer, final_output, portable_reference, resolve_checkpoint
+    from hf_dr.training import RetrievalTrainer, final_output, portable_reference, start_training
 
-    if args.report_to == [None]:  # HfArgumentParser turns RetrievalTrainingArguments' "none" default into [None]
-        args.report_to = []
-    # CheckpointError (a ValueError) before any work when the checkpoint asked for is missing
-    resume = resolve_checkpoint(args.output_dir, args.resume_from_checkpoint, auto=True)
-    enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)  # before any init
+    # CheckpointError (a ValueError) before any work when the checkpoint asked for is missing; the seed before any init
+    resume = start_training(args)
     model = BERMEncoder.from_backbone(m.model_name_or_path, pooling=m.pooling, similarity=m.similarity,
                                       max_query_length=m.max_query_length, max_doc_length=m.max_doc_length)
     rows = build_dataset(d, b, args)
@@ -204,14 +201,12 @@ def _write_card(model, out: Path, info: dict, d: DataArguments) -> None:
 
 def main():
     from hf_dr.io import one_line_warnings
-    from hf_dr.training import CheckpointError, RetrievalTrainingArguments, quiet_progress_bars
+    from hf_dr.training import CheckpointError, RetrievalTrainingArguments
 
     one_line_warnings()
     parser = HfArgumentParser((ModelArguments, DataArguments, BERMArguments, RetrievalTrainingArguments),
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     m, d, b, args = parser.parse_args_into_dataclasses()
-    if args.disable_tqdm:  # also the loading / saving / dataset progress bars
-        quiet_progress_bars()
     try:
         _, info = train(m, d, b, args)
     except CheckpointError as e:  # a usage error: one line, exit 2

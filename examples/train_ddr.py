@@ -35,14 +35,14 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import HfArgumentParser, enable_full_determinism, set_seed
+from transformers import HfArgumentParser
 
 from hf_dr.io import one_line_warnings
 from hf_dr.data import RetrievalCollator, load_beir, triplets_from_qrels
 from hf_dr.objectives import get_objective
 from hf_dr.io import atomic_write_json
 from hf_dr.training import (CheckpointError, RetrievalTrainer, RetrievalTrainingArguments, final_output,
-                            portable_reference, quiet_progress_bars, resolve_checkpoint)
+                            portable_reference, start_training)
 
 logger = logging.getLogger(__name__)
 
@@ -122,16 +122,10 @@ def main():
     parser = HfArgumentParser((ModelArguments, DataArguments, RetrievalTrainingArguments), description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     m, d, args = parser.parse_args_into_dataclasses()
-    if args.report_to == [None]:  # HfArgumentParser turns RetrievalTrainingArguments' "none" default into [None]
-        args.report_to = []
-    if args.disable_tqdm:  # also the loading / saving / dataset progress bars
-        quiet_progress_bars()
-    try:
-        resume = resolve_checkpoint(args.output_dir, args.resume_from_checkpoint, auto=True)
+    try:  # progress bars, the checkpoint to resume, the seed before any weight is initialised (the REM)
+        resume = start_training(args)
     except CheckpointError as e:
         fail(str(e))
-    # the seed before any weight is initialised (the REM's LoRA / adapters)
-    enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
     model = build_model(m)
     train = build_dataset(d, args)
     if d.objective == "margin_mse" and "scores" not in train.column_names:

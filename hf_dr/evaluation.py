@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -196,9 +195,13 @@ class RerankEvaluator:
         kw = {"batch_size": self.batch_size, "show_progress_bar": False}
         if self.max_length is not None:
             kw["max_length"] = self.max_length
-        q = np.asarray(model.encode_queries([self.queries[i] for i in qids], **kw), dtype=np.float32)
-        d = np.asarray(model.encode_corpus([self.docs[i] for i in dids], **kw), dtype=np.float32)
+        q = model.encode_queries([self.queries[i] for i in qids], **kw)
+        d = model.encode_corpus([self.docs[i] for i in dids], **kw)
         col = {x: j for j, x in enumerate(dids)}
+        if hasattr(q, "tocsr"):  # sparse (SPLADE) vectors: one sparse product, never densified
+            s = (q.tocsr() @ d.tocsr().T).toarray()
+            return {qid: {x: float(s[i, col[x]]) for x in self.qrels[qid]} for i, qid in enumerate(qids)}
+        q, d = np.asarray(q, dtype=np.float32), np.asarray(d, dtype=np.float32)
         return {qid: {x: float(d[col[x]] @ q[i]) for x in self.qrels[qid]} for i, qid in enumerate(qids)}
 
     def __call__(self, model) -> dict[str, float]:

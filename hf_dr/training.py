@@ -14,7 +14,6 @@ import logging
 import os
 import re
 import shutil
-import warnings
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from .io import public_name, publishable_modes, replace_folder
 from .objectives import ContrastiveObjective
 
 __all__ = ["RetrievalTrainer", "RetrievalTrainingArguments", "CheckpointError", "resolve_checkpoint",
-           "last_complete_checkpoint", "is_complete_checkpoint", "final_output", "portable_reference",
+           "last_complete_checkpoint", "is_complete_checkpoint", "final_output", "portable_reference", "start_training",
            "quiet_progress_bars"]
 
 logger = logging.getLogger(__name__)
@@ -167,6 +166,22 @@ def portable_reference(path_or_id: str | os.PathLike | None) -> tuple[str | None
         return None, False
     local = Path(str(path_or_id)).expanduser().exists()
     return (Path(str(path_or_id)).expanduser().resolve().name if local else public_name(path_or_id)), local
+
+
+def start_training(args) -> str | None:
+    """What a training script does first, in this order: no progress bars under ``--disable_tqdm``;
+    the checkpoint to resume (:func:`resolve_checkpoint` with ``auto=True``: a :class:`CheckpointError`
+    before any work when the one asked for is missing); the seed, before any weight is initialised
+    (so the same seed gives the same weights). Returns the checkpoint to resume from, or None."""
+    from transformers import enable_full_determinism, set_seed
+
+    if args.report_to == [None]:  # HfArgumentParser turns RetrievalTrainingArguments' "none" default into [None]
+        args.report_to = []
+    if args.disable_tqdm:  # also the loading / saving / dataset progress bars
+        quiet_progress_bars()
+    resume = resolve_checkpoint(args.output_dir, args.resume_from_checkpoint, auto=True)
+    enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
+    return resume
 
 
 @dataclass

@@ -75,3 +75,21 @@ def test_bm25_rows_are_re_derived_within_tolerance(tmp_path):
         got = json.loads((tmp_path / str(i) / "metrics.json").read_text())["metrics"]
         for k, want in r["metrics"].items():
             assert abs(got[k] - want) <= 0.002, (r["system"], k, got[k], want)
+
+
+def test_robustness_table_matches_probe_results():
+    """docs/robustness.md shows exactly benchmarks/results/probes.json (python benchmarks/probes.py)."""
+    import json
+
+    import sys
+
+    spec = importlib.util.spec_from_file_location("hf_dr_probes", REPO / "benchmarks" / "probes.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    data = json.loads((REPO / "benchmarks" / "results" / "probes.json").read_text())
+    doc = (REPO / "docs" / "robustness.md").read_text()
+    assert mod.render_doc(doc, data) == doc, "run: python benchmarks/probes.py"
+    assert {r["case"] for r in data["rows"]} == {name for name, _, _ in mod.CASES}, "a case was not run"
+    assert all(r["verdict"] != "FAIL" and not r["traceback"] for r in data["rows"]), \
+        [r["case"] for r in data["rows"] if r["verdict"] == "FAIL"]

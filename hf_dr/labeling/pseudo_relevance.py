@@ -193,6 +193,8 @@ def default_cache_dir(output_dir: str | Path) -> Path:
     """The stage cache of an output folder ``NAME`` when none is given: ``.NAME.cache`` beside it
     (outside the folder, which is replaced as a whole; a re-run into the same folder reuses it)."""
     out = Path(output_dir).expanduser()
+    if out.name in ("", ".", ".."):  # "." or "..": name the folder itself
+        out = out.resolve()
     return out.with_name(f".{out.name}.cache")
 
 
@@ -257,6 +259,9 @@ def _public_command(command: str | None) -> str | None:
         return command
     out = []
     for a in parts:
+        if a.startswith("-") and "=" not in a:  # a flag alone (its value is the next argument)
+            out.append(a)
+            continue
         flag, eq, val = a.partition("=") if a.startswith("--") else ("", "", a)
         val = public_name(val) if (os.path.isabs(val) or Path(val).expanduser().exists()) and val not in (".", "..") \
             else val

@@ -10,7 +10,6 @@ transformed. Eq. 6-7: documents are multiplied by IDF weights fitted on the targ
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Sequence
 
