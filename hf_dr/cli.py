@@ -26,6 +26,7 @@ COMMANDS = [
     "hf_dr.commands.push",
     "hf_dr.commands.berm_diagnostics",
     "hf_dr.commands.label",
+    "hf_dr.commands.adapt",
 ]
 
 

@@ -229,7 +229,7 @@ def test_label_counts_are_checked_before_any_work(argv, flag, beir_train, tiny_b
     assert main(["label", "--data", str(beir_train), "--dense-model", str(tiny_bert_dir),
                  "--output", str(tmp_path / "o"), *argv]) == 2
     err = capsys.readouterr().err
-    assert f"{flag} must be" in err and "Traceback" not in err and not (tmp_path / "o").exists()
+    assert flag in err and "must be" in err and "Traceback" not in err and not (tmp_path / "o").exists()
 
 
 def test_a_crash_mid_label_leaves_no_folder_or_the_previous_one(data, encoder, tmp_path, monkeypatch):

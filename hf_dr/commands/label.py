@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from ..cli import finite_float, positive_int
+from ..cli import finite_float, non_negative_int, positive_int
 
 import shlex
 import sys
@@ -14,7 +14,10 @@ def register(sub) -> None:
     p = sub.add_parser("label", help="build pseudo-labelled triplets for a target corpus (DoDress)",
                        description=__doc__)
     p.add_argument("--data", required=True, help="BEIR folder or Hub id (its queries are used, never its labels)")
-    p.add_argument("--split", default="train", help="query split to label (default train; test is refused)")
+    p.add_argument("--split", default="train",
+                   help="query split to label (default train; test is refused). A folder without qrels/SPLIT.tsv "
+                        "(e.g. only a corpus and queries) has all its queries labelled, except any judged in "
+                        "qrels/test.tsv")
     p.add_argument("--dense-model", default=None,
                    help="the current dense retriever: the fusion reranker and SimANS negatives use it")
     p.add_argument("--reranker", default="fusion", help="fusion | monot5:<id> | cross-encoder:<id> (default fusion)")
@@ -25,7 +28,7 @@ def register(sub) -> None:
     p.add_argument("--simans-top-k", type=positive_int, default=500, help="SimANS: top-K of the dense retriever")
     p.add_argument("--simans-score-scale", type=finite_float, default=1.0,
                    help="dense scores x this before SimANS (20 for cosine models: a=0.5 is then not ~uniform)")
-    p.add_argument("--dev-queries", type=positive_int, default=50, help="queries held out for the dev set")
+    p.add_argument("--dev-queries", type=non_negative_int, default=50, help="queries held out for the dev set")
     p.add_argument("--max-queries", type=positive_int, default=None, help="label only the first N queries (quick checks)")
     p.add_argument("--max-length", type=positive_int, default=None, help="max tokens when encoding with the dense model")
     p.add_argument("--embeddings", default=None,
@@ -44,7 +47,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from ..cli import CLIError
-    from ..data import load_beir
+    from ..data.beir import load_training_queries
     from ..io import check_output_folder, local_inputs
     from ..labeling.pseudo_relevance import PseudoLabelConfig, build_pseudo_labels, resolve_cache_dir
     from ..models import check_model, load_encoder
@@ -69,11 +72,14 @@ def run(args) -> int:
     check_output_folder(args.output, overwrite=args.overwrite, inputs=inputs)
     if args.dense_model:
         check_model(args.dense_model, kind="dense")  # weights present / reachable, before the corpus is read
-    data = load_beir(args.data, split=args.split)
+    data, queries, has_qrels = load_training_queries(args.data, split=args.split)
+    if not has_qrels:
+        print(f"no qrels/{args.split}.tsv in {args.data}: labelling {len(queries)} queries (all the queries "
+              "not judged in a test split)")
     encoder = load_encoder(args.dense_model) if args.dense_model else None
     command = "hf-dr label " + " ".join(shlex.quote(a) for a in sys.argv[sys.argv.index("label") + 1:]) \
         if "label" in sys.argv else None
-    labels = build_pseudo_labels(data, args.output, cfg, reranker=args.reranker, dense_encoder=encoder,
+    labels = build_pseudo_labels(data, args.output, cfg, reranker=args.reranker, queries=queries, dense_encoder=encoder,
                                  dense_name=args.dense_model, cache_dir=args.cache_dir, command=command,
                                  doc_embeddings=args.embeddings, overwrite=args.overwrite, inputs=inputs)
     s = labels.stats

@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["BeirData", "BeirFormatError", "BeirSourceError", "load_beir", "looks_local", "parse_grade", "save_beir",
            "load_qrels", "save_qrels",
-           "SELF_MATCH_DATASETS", "iter_corpus"]
+           "SELF_MATCH_DATASETS", "iter_corpus", "has_split", "load_training_queries"]
 
 Qrels = dict[str, dict[str, int]]
 
@@ -348,6 +348,55 @@ def load_beir(path_or_id: str | os.PathLike, split: str | None = "test") -> Beir
         if "huggingface_hub" in type(e).__module__ or "NotFound" in type(e).__name__:
             raise _hub_error(s, e) from None
         raise
+
+
+def has_split(path_or_id: str | os.PathLike, split: str) -> bool:
+    """Whether a local BEIR folder has ``qrels/<split>.tsv`` (checked without reading it). A Hub id
+    is assumed to have the split (loading it says otherwise)."""
+    p = Path(os.fspath(path_or_id)).expanduser()
+    return (p / "qrels" / f"{split}.tsv").is_file() if p.is_dir() else True
+
+
+def _judged_query_ids(qfile: Path) -> set[str]:
+    """The query ids of a qrels file (first column), without its judgments."""
+    ids: set[str] = set()
+    for n, line in _lines(qfile):
+        cols = line.rstrip("\n").split("\t")
+        if not cols[0] or (n == 1 and cols[0].lower() in ("query-id", "qid", "query_id")):
+            continue
+        ids.add(cols[0])
+    return ids
+
+
+def load_training_queries(path_or_id: str | os.PathLike, split: str = "train"
+                          ) -> tuple[BeirData, dict[str, str], bool]:
+    """The corpus and the *training* queries of a BEIR folder, never their labels:
+    ``(data, {qid: text}, has_qrels)``.
+
+    * with ``qrels/<split>.tsv``: the queries judged in it (``has_qrels`` True);
+    * without it (no qrels folder at all: a user's own corpus and queries): every query is a
+      training query, except those judged in the folder's ``qrels/test.tsv`` (held out for
+      evaluation; only their ids are read). ``data`` is then loaded with ``split=None``.
+
+    ``split="test"`` is refused (``ValueError``): test queries are for evaluation only.
+    """
+    if split == "test":
+        raise ValueError("training queries cannot come from the test split (it is for evaluation only); "
+                         "use --split train")
+    if has_split(path_or_id, split):
+        data = load_beir(path_or_id, split=split)
+        return data, data.split_queries(), True
+    data = load_beir(path_or_id, split=None)
+    queries = dict(zip(data.queries["_id"], data.queries["text"]))
+    test_file = Path(os.fspath(path_or_id)).expanduser() / "qrels" / "test.tsv"
+    if test_file.is_file():
+        held_out = _judged_query_ids(test_file)
+        queries = {q: t for q, t in queries.items() if q not in held_out}
+        if not queries:
+            raise BeirFormatError(f"{path_or_id}: no training queries: every query is judged in qrels/test.tsv "
+                                  f"(held out for evaluation) and there is no qrels/{split}.tsv; add training "
+                                  "queries (queries.jsonl without judgments, or a qrels file for them)")
+    return data, queries, False
 
 
 def iter_corpus(source: BeirData | str | os.PathLike, batch_size: int = 10_000) -> Iterator[tuple[str, str]]:

@@ -1,4 +1,4 @@
-"""Fine-tuning a dense retriever on DoDress pseudo-labels (papers/002 §6.1, papers/004 §5.2):
+"""Fine-tuning a retriever on DoDress pseudo-labels (papers/002 §6.1, papers/004 §5.2):
 RankNet (Eq. 4 of papers/004) through the one :class:`~hf_dr.training.RetrievalTrainer`,
 mean pooling + inner product, max length 350, cosine learning-rate decay, and the best
 checkpoint chosen by nDCG@10 on the pseudo-labelled dev set.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["train_ranknet", "default_scale"]
+__all__ = ["train_ranknet", "train_on_pseudo_labels", "with_teacher_scores", "default_scale"]
 
 
 def default_scale(model) -> float:
@@ -27,16 +27,47 @@ def default_scale(model) -> float:
     return 20.0 if normalized else 1.0
 
 
-def train_ranknet(model, train, output_dir: str | Path, dev=None, *, max_length: int = 350,
-                  learning_rate: float = 2e-6, batch_size: int = 8, max_steps: int = 10_000,
-                  eval_steps: int = 1000, scale: float | None = None, freeze_documents: bool = False,
-                  dev_max_length: int | None = None, seed: int = 42, logging_steps: int = 50,
-                  save_total_limit: int | None = 2, **training_kwargs):
-    """Train ``model`` with RankNet on ``train`` (rows ``query, pos, neg``: the pipeline's
-    triplets). With ``dev`` (rows ``query_id, query, doc_id, doc, label``) the model is
-    evaluated every ``eval_steps`` and the best checkpoint by nDCG@10 is loaded at the end.
+def train_ranknet(model, train, output_dir: str | Path, dev=None, *, scale: float | None = None,
+                  freeze_documents: bool = False, **kwargs):
+    """Train ``model`` with RankNet (papers/004 Eq. 4) on ``train`` (rows ``query, pos, neg``: the
+    pipeline's triplets): :func:`train_on_pseudo_labels` with a
+    :class:`~hf_dr.objectives.RankNetObjective` (``scale`` default :func:`default_scale`).
     Defaults are the paper's: batch 8, lr 2e-6 (Adam, no weight decay), 10k steps, cosine decay.
     Returns the trainer (``trainer.model`` holds the selected weights).
+    """
+    from ..objectives import RankNetObjective
+
+    objective = RankNetObjective(scale=default_scale(model) if scale is None else scale,
+                                 freeze_documents=freeze_documents)
+    return train_on_pseudo_labels(model, train, output_dir, dev, objective=objective, **kwargs)
+
+
+def with_teacher_scores(train):
+    """``train`` with a ``scores`` column ``[pos_score, neg_score]`` (the teacher's scores that the
+    label stage stores on each triplet), the input of Margin-MSE / SPLADE distillation."""
+    if "scores" in train.column_names:
+        return train
+    missing = {"pos_score", "neg_score"} - set(train.column_names)
+    if missing:
+        raise ValueError(f"Margin-MSE needs the teacher's scores: the training rows lack {sorted(missing)} "
+                         "(label them with hf-dr label, which stores pos_score / neg_score)")
+    return train.add_column("scores", [[float(p), float(n)] for p, n in zip(train["pos_score"], train["neg_score"])])
+
+
+def train_on_pseudo_labels(model, train, output_dir: str | Path, dev=None, *, objective=None, collator=None,
+                           teacher_scores: bool = False, max_length: int = 350, learning_rate: float = 2e-6,
+                           batch_size: int = 8, max_steps: int = 10_000, eval_steps: int = 1000,
+                           dev_max_length: int | None = None, seed: int = 42, logging_steps: int = 50,
+                           save_total_limit: int | None = 2, resume_from_checkpoint=None, **training_kwargs):
+    """Train ``model`` on pseudo-label triplets (rows ``query, pos, neg``, and ``pos_score`` /
+    ``neg_score`` for ``teacher_scores``) with ``objective`` (default RankNet) through the one
+    :class:`~hf_dr.training.RetrievalTrainer`. With ``dev`` (rows ``query_id, query, doc_id, doc,
+    label``) the model is evaluated by nDCG@10 (:class:`~hf_dr.evaluation.RerankEvaluator`) and
+    checkpointed every ``eval_steps``; the best checkpoint is loaded at the end (the scores per step
+    are in ``trainer.state.log_history``, ``eval_ndcg@10``). ``collator`` defaults to a
+    :class:`~hf_dr.data.RetrievalCollator` (with the ``scores`` column when ``teacher_scores``).
+    ``resume_from_checkpoint`` as :meth:`RetrievalTrainer.train` reads it (``"last"``: the newest
+    complete checkpoint of ``output_dir``). Returns the trainer.
     """
     from ..data import RetrievalCollator
     from ..evaluation import RerankEvaluator
@@ -48,6 +79,8 @@ def train_ranknet(model, train, output_dir: str | Path, dev=None, *, max_length:
     missing = {"query", "pos", "neg"} - set(train.column_names)
     if missing:
         raise ValueError(f"training rows need columns query, pos, neg (missing {sorted(missing)})")
+    if teacher_scores:
+        train = with_teacher_scores(train)
     has_dev = dev is not None and len(dev) > 0
     eval_steps = min(eval_steps, max_steps)
     args = RetrievalTrainingArguments(
@@ -57,12 +90,13 @@ def train_ranknet(model, train, output_dir: str | Path, dev=None, *, max_length:
         save_strategy="steps", save_steps=eval_steps, save_total_limit=save_total_limit,
         load_best_model_at_end=has_dev, metric_for_best_model="ndcg@10" if has_dev else None,
         greater_is_better=True, seed=seed, dataloader_num_workers=0, **training_kwargs)
-    collator = RetrievalCollator(model.tokenizer, query_max_length=max_length, doc_max_length=max_length,
-                                 neg_column="neg", score_column=None)
-    objective = RankNetObjective(scale=default_scale(model) if scale is None else scale,
-                                 freeze_documents=freeze_documents)
+    if collator is None:
+        collator = RetrievalCollator(model.tokenizer, query_max_length=max_length, doc_max_length=max_length,
+                                     neg_column="neg", score_column="scores" if teacher_scores else None)
+    if objective is None:
+        objective = RankNetObjective(scale=default_scale(model))
     evaluator = RerankEvaluator(dev, metrics=("ndcg@10",), max_length=dev_max_length or max_length) if has_dev else None
     trainer = RetrievalTrainer(model=model, args=args, train_dataset=train, eval_dataset=dev if has_dev else None,
                                data_collator=collator, objective=objective, evaluator=evaluator)
-    trainer.train()
+    trainer.train(resume_from_checkpoint)
     return trainer

@@ -1,0 +1,139 @@
+"""`hf-dr adapt` on a target corpus with training queries: does adaptation help, and at what CPU cost?
+
+    python benchmarks/adapt.py                                   # SciFact, the default rows
+    python benchmarks/adapt.py --rows minilm:pseudo-margin-mse --max-steps 300
+
+One labelled set per dataset (`hf-dr label`: its *train* queries, BM25 top-100 reranked by the
+z-score fusion of BM25 and all-MiniLM-L6-v2, SimANS negatives on the 20 x cosine scale, 50
+training queries held out as the pseudo-dev set), then one `hf-dr adapt ... --labels` run per
+row (student x method), each a separate process, one at a time. Every row records the test
+nDCG@10 / R@100 before and after, the paired t-test, the checkpoint the pseudo-dev set picked
+(step 0 = the starting model kept) and the CPU budget (steps, batch, max length, minutes).
+Reference rows: BM25 and the teacher (BM25 top-100 reranked by the same fusion) on the test split.
+Work folders go under ``--work`` (default ``runs/adapt``); rows are saved as each finishes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import SHARED, command_line, machine, save_rows  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+MODELS = {"minilm": SHARED / "models" / "all-MiniLM-L6-v2", "splade-tiny": SHARED / "models" / "splade-tiny"}
+NAMES = {"minilm": "all-MiniLM-L6-v2", "splade-tiny": "splade-tiny"}
+DEFAULT_ROWS = "minilm:pseudo-margin-mse,splade-tiny:pseudo-margin-mse,minilm:dodress,splade-tiny:cai"
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def run(cmd: list[str]) -> None:
+    log("$ " + " ".join(cmd))
+    subprocess.run(cmd, cwd=REPO, check=True)
+
+
+def rel(p: Path) -> str:
+    import os
+
+    return os.path.relpath(p, REPO)
+
+
+def reference_rows(data_dir: Path, dataset: str, max_length: int) -> list[dict]:
+    """BM25 and the teacher (the label stage's fusion reranker) on the test split."""
+    from hf_dr.data import load_beir
+    from hf_dr.evaluation import evaluate_run
+    from hf_dr.labeling.rerankers import FusionReranker
+    from hf_dr.models.dense import DenseEncoder
+    from hf_dr.retrieval import BM25Retriever
+
+    test = load_beir(data_dir, split="test")
+    queries = test.split_queries()
+    bm25 = BM25Retriever.from_data(test)
+    t = time.time()
+    run100 = bm25.search(queries, 100)
+    rows = [("BM25 (bm25s, stemmed; top-100)", evaluate_run(test.qrels, run100, ("ndcg@10", "recall@100")), t)]
+    t = time.time()
+    encoder = DenseEncoder.from_pretrained(str(MODELS["minilm"]), max_length=max_length, max_query_length=max_length)
+    teacher = FusionReranker(bm25.index, encoder, encoder_name="all-MiniLM-L6-v2")
+    teacher.set_corpus(test.doc_ids(), test.doc_texts())
+    reranked = teacher.rerank(run100, queries, show_progress_bar=False)
+    rows.append((f"teacher: BM25 top-100 reranked by z-score fusion BM25 + all-MiniLM-L6-v2 (max length {max_length})",
+                 evaluate_run(test.qrels, reranked, ("ndcg@10", "recall@100")), t))
+    return [{"table": "adapt", "dataset": dataset, "system": name, "command": command_line(), "machine": machine(),
+             "metrics": {k: round(v, 4) for k, v in res.aggregate.items()}, "minutes": round((time.time() - t0) / 60, 2)}
+            for name, res, t0 in rows]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default=str(SHARED / "data" / "scifact"))
+    ap.add_argument("--rows", default=DEFAULT_ROWS, help="student:method, comma-separated, run in this order")
+    ap.add_argument("--max-steps", type=int, default=400)
+    ap.add_argument("--eval-steps", type=int, default=100)
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--learning-rate", type=float, default=2e-5)
+    ap.add_argument("--max-length", type=int, default=256, help="MiniLM's default; the labels' dense encoding too")
+    ap.add_argument("--mlm-steps", type=int, default=300, help="cai: continual MLM steps")
+    ap.add_argument("--work", default="runs/adapt")
+    ap.add_argument("--no-refs", action="store_true", help="skip the BM25 / teacher rows")
+    a = ap.parse_args()
+    data = Path(a.data)
+    dataset = data.name
+    work = (REPO / a.work).resolve() if not Path(a.work).is_absolute() else Path(a.work)
+    cli = [sys.executable, "-m", "hf_dr.cli"]
+    labels = work / f"labels-{dataset}"
+    if not (labels / "dev").is_dir():
+        run(cli + ["label", "--data", str(data), "--split", "train", "--dense-model", str(MODELS["minilm"]),
+                   "--max-length", str(a.max_length), "--negatives", "simans", "--simans-score-scale", "20",
+                   "--dev-queries", "50", "--output", str(labels), "--overwrite"])
+    if not a.no_refs:
+        log("reference rows: BM25, teacher")
+        save_rows("adapt", reference_rows(data, dataset, a.max_length))
+    for spec in a.rows.split(","):
+        student, method = spec.split(":")
+        out = work / f"{dataset}-{student}-{method}"
+        cmd = cli + ["adapt", "--data", str(data), "--model", str(MODELS[student]), "--method", method,
+                     "--labels", str(labels), "--max-steps", str(a.max_steps), "--eval-steps", str(a.eval_steps),
+                     "--batch-size", str(a.batch_size), "--learning-rate", str(a.learning_rate),
+                     "--output", str(out), "--overwrite"]
+        if student == "minilm":
+            cmd += ["--max-length", str(a.max_length)]
+        if method == "cai":
+            cmd += ["--mlm-steps", str(a.mlm_steps), "--no-vocabulary"]
+        run(cmd)
+        m = json.loads((out / "metrics.json").read_text())
+        b = m["budget"]
+        budget = (f"{b['steps']} steps x batch {b['batch_size']}, lr {b['learning_rate']:g}, max length "
+                  f"{b['max_length']}" + (f", {b['mlm_steps']} MLM steps" if b.get("mlm_steps") else "")
+                  + f", {b['minutes']:.0f} min")
+        shown = "hf-dr adapt --data " + rel(data) + f" --model {rel(MODELS[student])} --method {method} " \
+            f"--labels {a.work}/labels-{dataset} --max-steps {a.max_steps} --eval-steps {a.eval_steps}" + \
+            (f" --max-length {a.max_length}" if student == "minilm" else "") + \
+            (f" --mlm-steps {a.mlm_steps} --no-vocabulary" if method == "cai" else "")
+        rows = [{"table": "adapt", "dataset": dataset, "system": f"{NAMES[student]} zero-shot (max length {b['max_length']})",
+                 "command": shown, "machine": machine(), "metrics": {k: round(v, 4) for k, v in m["before"].items()
+                                                                     if k in ("ndcg@10", "recall@100")}},
+                {"table": "adapt", "dataset": dataset,
+                 "system": f"{NAMES[student]} + hf-dr adapt --method {method} ({budget}; pseudo-dev picked step "
+                           f"{m['selected_step']})",
+                 "command": shown, "machine": machine(),
+                 "metrics": {**{k: round(v, 4) for k, v in m["after"].items() if k in ("ndcg@10", "recall@100")},
+                             "p (t-test)": round(m["p_value"], 4)},
+                 "dev": m["dev"], "selected_step": m["selected_step"], "below_zero_shot": m["below_zero_shot"],
+                 "budget": b}]
+        save_rows("adapt", rows)
+        log(f"{spec}: before {m['before']['ndcg@10']:.4f} after {m['after']['ndcg@10']:.4f} p={m['p_value']:.3g} "
+            f"selected step {m['selected_step']} ({b['minutes']:.1f} min)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""``hf-dr adapt``: adapt a retriever to a corpus in one command — label (DoDress pseudo-relevance
+labels of the training queries, never their judgments) -> train (``--method``) -> choose the
+checkpoint on a pseudo-labelled dev set (the untrained model included) -> evaluate before / after
+on the test split when it has qrels -> OUT/model (Hub folder), OUT/README.md, OUT/metrics.json.
+Every stage is cached in a work folder beside OUT (a re-run redoes only what changed; a killed
+training resumes from its last checkpoint)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+from ..cli import finite_float, positive_int
+
+
+def register(sub) -> None:
+    from ..adaptation.pipeline import METHODS
+
+    p = sub.add_parser("adapt", help="adapt a retriever to a corpus: label, train, select, evaluate, card",
+                       description=__doc__)
+    p.add_argument("--data", required=True, help="BEIR folder (corpus.jsonl, queries.jsonl; qrels optional)")
+    p.add_argument("--model", required=True, help="the retriever to adapt (any hf-dr encoder; an MLM checkpoint "
+                   "for --method cai)")
+    p.add_argument("--method", required=True, choices=list(METHODS), help="; ".join(f"{k}: {v}" for k, v in METHODS.items()))
+    p.add_argument("--output", required=True, help="output folder (written whole at the end; must be new or empty)")
+    p.add_argument("--split", default="train", help="training query split (default train; test is refused). "
+                   "Without qrels/SPLIT.tsv every query not judged in qrels/test.tsv is a training query")
+    p.add_argument("--labels", default=None, metavar="DIR", help="re-use a `hf-dr label` output folder (train + dev) "
+                   "instead of labelling")
+    p.add_argument("--max-steps", type=positive_int, default=500, help="training steps (default 500; the paper: 10000)")
+    p.add_argument("--batch-size", type=positive_int, default=8)
+    p.add_argument("--learning-rate", type=finite_float, default=2e-5,
+                   help="default 2e-5 for CPU-size runs (the paper: 2e-6 for 10k steps)")
+    p.add_argument("--max-length", type=positive_int, default=None, help="max tokens (default: the model's own)")
+    p.add_argument("--eval-steps", type=positive_int, default=None,
+                   help="checkpoint + dev evaluation every N steps (default max-steps / 5)")
+    p.add_argument("--dev-queries", type=positive_int, default=50, help="training queries held out for the dev set")
+    p.add_argument("--negatives", default="simans", choices=["bm25", "simans", "random"])
+    p.add_argument("--k", type=positive_int, default=1, help="pseudo-positives per query")
+    p.add_argument("--m", type=positive_int, default=10, help="negatives per pseudo-positive")
+    p.add_argument("--bm25-top", type=positive_int, default=100, help="BM25 candidates reranked by the teacher")
+    p.add_argument("--max-queries", type=positive_int, default=None, help="label only the first N queries")
+    p.add_argument("--teacher", default="fusion", help="fusion | cross-encoder:ID | monot5:ID (default fusion)")
+    p.add_argument("--dense-teacher", default=None,
+                   help="the dense model of the fusion teacher and SimANS (default: --model when it is dense)")
+    p.add_argument("--mlm-steps", type=positive_int, default=1000, help="cai / ddr: continual MLM steps")
+    p.add_argument("--no-vocabulary", action="store_true", help="cai: skip the AdaLM vocabulary expansion")
+    p.add_argument("--delta-v", type=positive_int, default=3000, help="cai: vocabulary increment per iteration")
+    p.add_argument("--rem", default=None, help="ddr: the REM folder the target DAM is made for")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--work-dir", default=None, help="stage cache and checkpoints (default: .OUTPUT.work beside it)")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output once the new one is complete")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..adaptation.pipeline import AdaptConfig, AdaptError, adapt
+    from ..cli import CLIError
+
+    argv = sys.argv[sys.argv.index("adapt") + 1:] if "adapt" in sys.argv else None
+    command = "hf-dr adapt " + " ".join(shlex.quote(a) for a in argv) if argv is not None else None
+    cfg = AdaptConfig(data=args.data, model=args.model, method=args.method, output=args.output, split=args.split,
+                      max_steps=args.max_steps, batch_size=args.batch_size, learning_rate=args.learning_rate,
+                      max_length=args.max_length, eval_steps=args.eval_steps, dev_queries=args.dev_queries,
+                      negatives=args.negatives, k=args.k, m=args.m, bm25_top=args.bm25_top,
+                      max_queries=args.max_queries, teacher=args.teacher, dense_teacher=args.dense_teacher,
+                      mlm_steps=args.mlm_steps, expand_vocabulary=not args.no_vocabulary, delta_v=args.delta_v,
+                      rem=args.rem, labels=args.labels, seed=args.seed, overwrite=args.overwrite,
+                      work_dir=args.work_dir, command=command)
+    try:
+        res = adapt(cfg, progress=print)
+    except AdaptError as e:
+        raise CLIError(str(e)) from None
+    m = res.metrics
+    print()
+    if m["labelled_evaluation"]:
+        from ..adaptation.pipeline import results_table
+
+        print(results_table(m))
+        print(f"paired t-test on nDCG@10: p = {m['p_value']:.4g}")
+        if m["below_zero_shot"]:
+            print(f"WARNING: the adapted model scores below the zero-shot model on the test split "
+                  f"({m['after']['ndcg@10']:.4f} < {m['before']['ndcg@10']:.4f})")
+    else:
+        print("no labelled evaluation was possible (no qrels/test.tsv): the pseudo-labelled dev set is the only "
+              f"yardstick; dev nDCG@10 {m['dev']['0']:.4f} (step 0) -> {m['selected_dev_ndcg@10']:.4f} "
+              f"(step {m['selected_step']})")
+    return 0

@@ -1,0 +1,236 @@
+"""``hf-dr adapt`` (issue #13): label -> train -> select on the pseudo-dev set (step 0 included) ->
+evaluate on the test split (read last) -> OUT/model + README.md + metrics.json; stage caching,
+resume, no-qrels folders, composition with ``hf-dr label`` folders, refusals."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hf_dr.cli import main
+from tests.conftest import SAMPLE
+
+FAST = ["--max-steps", "4", "--eval-steps", "2", "--max-length", "32", "--m", "2", "--batch-size", "4",
+        "--learning-rate", "1e-2", "--negatives", "bm25"]
+
+
+def _split_sample(dest: Path) -> Path:
+    """The bundled sample with its 50 judged queries split: 30 in qrels/train.tsv, 20 in test.tsv."""
+    shutil.copytree(SAMPLE, dest)
+    head, *rows = (dest / "qrels" / "test.tsv").read_text().splitlines()
+    qids = list(dict.fromkeys(r.split("\t")[0] for r in rows))
+    train = set(qids[:30])
+    (dest / "qrels" / "train.tsv").write_text("\n".join([head] + [r for r in rows if r.split("\t")[0] in train]) + "\n")
+    (dest / "qrels" / "test.tsv").write_text("\n".join([head] + [r for r in rows if r.split("\t")[0] not in train]) + "\n")
+    return dest
+
+
+@pytest.fixture(scope="module")
+def split_data(tmp_path_factory):
+    return _split_sample(tmp_path_factory.mktemp("adapt") / "data")
+
+
+@pytest.fixture
+def no_qrels_data(tmp_path):
+    d = tmp_path / "noqrels"
+    shutil.copytree(SAMPLE, d)
+    shutil.rmtree(d / "qrels")
+    return d
+
+
+def _adapt(capsys, *args) -> tuple[int, str, str]:
+    rc = main(["adapt", *map(str, args)])
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+@pytest.fixture(scope="module")
+def first_run(split_data, tiny_bert_dir, tmp_path_factory):
+    """One dodress run; records every load_beir call with whether training had finished then."""
+    import hf_dr.data as data_pkg
+    import hf_dr.data.beir as beir
+
+    out = tmp_path_factory.mktemp("runs") / "out"
+    work = out.with_name(".out.work")
+    calls = []
+    real = beir.load_beir
+
+    def recording(path, split="test"):
+        calls.append((split, any(work.glob("train-*/DONE.json"))))
+        return real(path, split)
+
+    argv = ["adapt", "--data", str(split_data), "--model", str(tiny_bert_dir), "--method", "dodress",
+            "--output", str(out), *FAST]
+    mp = pytest.MonkeyPatch()
+    mp.setattr(beir, "load_beir", recording)
+    mp.setattr(data_pkg, "load_beir", recording)
+    mp.setattr("sys.argv", ["hf-dr", *argv])  # the command the card records
+    try:
+        rc = main(argv)
+    finally:
+        mp.undo()
+    assert rc == 0
+    return out, work, calls
+
+
+def test_adapt_end_to_end(first_run, tmp_path, capsys):
+    out, work, calls = first_run
+    # the test split is read once, after training and selection
+    assert [c for c in calls if c[0] == "test"] == [("test", True)]
+    assert calls[0] == ("train", False)
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "metrics.json", "model"]
+    m = json.loads((out / "metrics.json").read_text())
+    for key in ("before", "after", "p_value", "dev", "selected_step", "below_zero_shot", "budget", "teacher",
+                "kept_starting_model", "labelled_evaluation"):
+        assert key in m
+    assert m["labelled_evaluation"] is True and m["test_queries"] == 20
+    assert set(m["dev"]) == {"0", "2", "4"}  # step 0 = the untrained model
+    assert m["selected_step"] in (0, 2, 4)
+    assert m["kept_starting_model"] == (m["selected_step"] == 0)
+    assert m["below_zero_shot"] == (m["after"]["ndcg@10"] < m["before"]["ndcg@10"])
+    assert 0.0 <= m["p_value"] <= 1.0
+    assert m["budget"]["steps"] == 4 and m["budget"]["max_length"] == 32
+    card = (out / "README.md").read_text()
+    assert "Before / after" in card and "zero-shot (before)" in card and "p = " in card
+    assert "fusion(bm25," in card and "hf-dr adapt --data data" in card  # teacher and command, no local paths
+    assert str(tmp_path.parent) not in card
+    # the model folder is a suite model that hf-dr push publishes as is
+    from transformers import AutoModel
+
+    AutoModel.from_pretrained(out / "model", trust_remote_code=True)
+    assert main(["push", str(out / "model"), "--local-dir", str(tmp_path / "repo")]) == 0
+    assert (tmp_path / "repo" / "README.md").is_file()
+
+
+def test_rerun_reuses_labels_and_training(first_run, split_data, tiny_bert_dir, capsys):
+    out, work, _ = first_run
+    base = ["--data", split_data, "--model", tiny_bert_dir, "--method", "dodress", "--output", out, "--overwrite"]
+    rc, text, _ = _adapt(capsys, *base, *FAST[:1], "2", *FAST[2:])  # only --max-steps changed: 4 -> 2
+    assert rc == 0, text
+    assert "label: cached" in text and "train: 2 steps" in text
+    assert json.loads((out / "metrics.json").read_text())["budget"]["steps"] == 2
+    rc, text, _ = _adapt(capsys, *base, *FAST[:1], "2", *FAST[2:])  # nothing changed
+    assert rc == 0 and "label: cached" in text and "train: cached" in text
+
+
+def test_killed_training_resumes(split_data, tiny_bert_dir, tmp_path, capsys, monkeypatch):
+    from hf_dr.objectives.ranknet import RankNetObjective
+
+    real = RankNetObjective.__call__
+    n = {"calls": 0}
+
+    def dies_at_step_3(self, model, inputs):
+        n["calls"] += 1
+        if n["calls"] == 3:
+            raise KeyboardInterrupt("killed")
+        return real(self, model, inputs)
+
+    out = tmp_path / "out"
+    args = ["--data", split_data, "--model", tiny_bert_dir, "--method", "dodress", "--output", out, *FAST]
+    monkeypatch.setattr(RankNetObjective, "__call__", dies_at_step_3)
+    with pytest.raises(KeyboardInterrupt):
+        main(["adapt", *map(str, args)])
+    capsys.readouterr()
+    assert not out.exists()  # nothing half-written
+    assert list(tmp_path.glob(".out.work/train-*/checkpoint-2"))
+    monkeypatch.setattr(RankNetObjective, "__call__", real)
+    rc, text, _ = _adapt(capsys, *args)
+    assert rc == 0 and "label: cached" in text and "train: resuming from checkpoint-2" in text
+    assert set(json.loads((out / "metrics.json").read_text())["dev"]) == {"0", "2", "4"}
+
+
+def test_no_qrels_folder(no_qrels_data, tiny_bert_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    rc, text, err = _adapt(capsys, "--data", no_qrels_data, "--model", tiny_bert_dir, "--method", "dodress",
+                           "--output", out, *FAST[:1], "2", *FAST[2:])
+    assert rc == 0, err
+    assert "no labelled evaluation" in text.lower()
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["labelled_evaluation"] is False and m["before"] is None and m["p_value"] is None
+    assert m["training_queries_have_qrels"] is False and m["label_stats"]["train_queries"] > 0
+    assert "No labelled evaluation was possible" in (out / "README.md").read_text()
+
+
+def test_label_command_without_qrels(no_qrels_data, tiny_bert_dir, tmp_path, capsys):
+    out = tmp_path / "labels"
+    rc = main(["label", "--data", str(no_qrels_data), "--dense-model", str(tiny_bert_dir), "--negatives", "bm25",
+               "--m", "2", "--max-length", "32", "--output", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["queries"] == 50 and stats["triplets"] > 0
+
+
+def test_training_queries_exclude_test_queries(tmp_path):
+    from hf_dr.data.beir import BeirFormatError, load_training_queries
+
+    d = tmp_path / "d"
+    shutil.copytree(SAMPLE, d)  # only qrels/test.tsv: every query is a test query
+    with pytest.raises(BeirFormatError, match="no training queries"):
+        load_training_queries(d, "train")
+    with (d / "queries.jsonl").open("a") as f:
+        f.write(json.dumps({"_id": "new-q", "text": "an unjudged query"}) + "\n")
+    _, queries, has_qrels = load_training_queries(d, "train")
+    assert queries == {"new-q": "an unjudged query"} and has_qrels is False
+
+
+@pytest.mark.parametrize("method", ["pseudo-margin-mse", "berm", "cai"])
+def test_methods_on_reused_labels(method, first_run, split_data, tiny_bert_dir, tmp_path, capsys):
+    """--labels composes with a label folder; each method's objective trains two steps."""
+    _, work, _ = first_run
+    out = tmp_path / "out"
+    extra = ["--mlm-steps", "2", "--no-vocabulary"] if method == "cai" else []
+    rc, text, err = _adapt(capsys, "--data", split_data, "--model", tiny_bert_dir, "--method", method,
+                           "--labels", work / "labels", "--output", out, "--max-steps", "2", "--eval-steps", "1",
+                           "--max-length", "32", "--batch-size", "4", "--learning-rate", "1e-3", *extra)
+    assert rc == 0, err
+    assert "label: reusing" in text and "train: 2 steps" in text
+    m = json.loads((out / "metrics.json").read_text())
+    assert set(m["dev"]) == {"0", "1", "2"} and m["method"] == method
+    kind = {"pseudo-margin-mse": "hf_dr_dense.json", "berm": "modeling_berm.py", "cai": "modeling_splade.py"}[method]
+    assert (out / "model" / kind).is_file()
+
+
+def test_margin_mse_needs_teacher_scores():
+    from datasets import Dataset
+
+    from hf_dr.labeling.finetune import with_teacher_scores
+
+    ds = with_teacher_scores(Dataset.from_list([{"query": "q", "pos": "a", "neg": "b", "pos_score": 2.0,
+                                                 "neg_score": 0.5}]))
+    assert ds[0]["scores"] == [2.0, 0.5]
+    with pytest.raises(ValueError, match="teacher's scores"):
+        with_teacher_scores(Dataset.from_list([{"query": "q", "pos": "a", "neg": "b"}]))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--method", "ddr"], "--rem"),
+    (["--method", "dodress", "--split", "test"], "test split is for evaluation only"),
+    (["--method", "ddr", "--rem", "REM"], "not available"),
+])
+def test_refusals(args, message, split_data, tiny_bert_dir, tmp_path, capsys):
+    rc, _, err = _adapt(capsys, "--data", split_data, "--model", tiny_bert_dir, "--output", tmp_path / "o",
+                        *[str(tmp_path) if a == "REM" else a for a in args])
+    assert rc == 2 and message in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_cai_refuses_a_model_without_mlm_head(split_data, tmp_path, capsys, tiny_bert_dir):
+    from transformers import AutoConfig, AutoTokenizer, BertModel
+
+    enc = tmp_path / "encoder"
+    BertModel(AutoConfig.from_pretrained(tiny_bert_dir)).save_pretrained(enc)
+    AutoTokenizer.from_pretrained(tiny_bert_dir).save_pretrained(enc)
+    rc, _, err = _adapt(capsys, "--data", split_data, "--model", enc, "--method", "cai", "--output", tmp_path / "o")
+    assert rc == 2 and "masked-LM head" in err
+
+
+def test_non_empty_output_refused(split_data, tiny_bert_dir, tmp_path, capsys):
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "keep").write_text("x")
+    rc, _, err = _adapt(capsys, "--data", split_data, "--model", tiny_bert_dir, "--method", "dodress",
+                        "--output", out)
+    assert rc == 2 and "--overwrite" in err and (out / "keep").is_file()
