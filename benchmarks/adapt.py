@@ -4,7 +4,7 @@
     python benchmarks/adapt.py --rows minilm:pseudo-margin-mse --max-steps 300
 
 One labelled set per dataset (`hf-dr label`: its *train* queries, BM25 top-100 reranked by the
-z-score fusion of BM25 and all-MiniLM-L6-v2, SimANS negatives on the 20 x cosine scale, 50
+z-score fusion of BM25 and all-MiniLM-L6-v2, SimANS negatives on the 20 x cosine scale, 20
 training queries held out as the pseudo-dev set), then one `hf-dr adapt ... --labels` run per
 row (student x method), each a separate process, one at a time. Every row records the test
 nDCG@10 / R@100 before and after, the paired t-test, the checkpoint the pseudo-dev set picked
@@ -62,7 +62,8 @@ def reference_rows(data_dir: Path, dataset: str, max_length: int) -> list[dict]:
     rows = [("BM25 (bm25s, stemmed; top-100)", evaluate_run(test.qrels, run100, ("ndcg@10", "recall@100")), t)]
     t = time.time()
     encoder = DenseEncoder.from_pretrained(str(MODELS["minilm"]), max_length=max_length, max_query_length=max_length)
-    teacher = FusionReranker(bm25.index, encoder, encoder_name="all-MiniLM-L6-v2")
+    emb = encoder.encode_corpus(test.doc_texts(), show_progress_bar=False)
+    teacher = FusionReranker(bm25.index, encoder, doc_embeddings=emb, encoder_name="all-MiniLM-L6-v2")
     teacher.set_corpus(test.doc_ids(), test.doc_texts())
     reranked = teacher.rerank(run100, queries, show_progress_bar=False)
     rows.append((f"teacher: BM25 top-100 reranked by z-score fusion BM25 + all-MiniLM-L6-v2 (max length {max_length})",
@@ -76,11 +77,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=str(SHARED / "data" / "scifact"))
     ap.add_argument("--rows", default=DEFAULT_ROWS, help="student:method, comma-separated, run in this order")
-    ap.add_argument("--max-steps", type=int, default=400)
+    ap.add_argument("--max-steps", type=int, default=300)
     ap.add_argument("--eval-steps", type=int, default=100)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--learning-rate", type=float, default=2e-5)
     ap.add_argument("--max-length", type=int, default=256, help="MiniLM's default; the labels' dense encoding too")
+    ap.add_argument("--dev-queries", type=int, default=20,
+                    help="training queries held out as the pseudo-dev set (100 candidates each: every dev "
+                         "evaluation encodes 100 x this many documents)")
     ap.add_argument("--mlm-steps", type=int, default=300, help="cai: continual MLM steps")
     ap.add_argument("--work", default="runs/adapt")
     ap.add_argument("--no-refs", action="store_true", help="skip the BM25 / teacher rows")
@@ -90,13 +94,10 @@ def main() -> int:
     work = (REPO / a.work).resolve() if not Path(a.work).is_absolute() else Path(a.work)
     cli = [sys.executable, "-m", "hf_dr.cli"]
     labels = work / f"labels-{dataset}"
-    if not (labels / "dev").is_dir():
-        run(cli + ["label", "--data", str(data), "--split", "train", "--dense-model", str(MODELS["minilm"]),
-                   "--max-length", str(a.max_length), "--negatives", "simans", "--simans-score-scale", "20",
-                   "--dev-queries", "50", "--output", str(labels), "--overwrite"])
-    if not a.no_refs:
-        log("reference rows: BM25, teacher")
-        save_rows("adapt", reference_rows(data, dataset, a.max_length))
+    # the label stages are cached (beside the output): a re-run redoes only what changed
+    run(cli + ["label", "--data", str(data), "--split", "train", "--dense-model", str(MODELS["minilm"]),
+               "--max-length", str(a.max_length), "--negatives", "simans", "--simans-score-scale", "20",
+               "--dev-queries", str(a.dev_queries), "--output", str(labels), "--overwrite"])
     for spec in a.rows.split(","):
         student, method = spec.split(":")
         out = work / f"{dataset}-{student}-{method}"
@@ -106,6 +107,8 @@ def main() -> int:
                      "--output", str(out), "--overwrite"]
         if student == "minilm":
             cmd += ["--max-length", str(a.max_length)]
+        else:  # splade-tiny is an MLM checkpoint: trained and searched as SPLADE
+            cmd += ["--kind", "sparse"]
         if method == "cai":
             cmd += ["--mlm-steps", str(a.mlm_steps), "--no-vocabulary"]
         run(cmd)
@@ -116,7 +119,7 @@ def main() -> int:
                   + f", {b['minutes']:.0f} min")
         shown = "hf-dr adapt --data " + rel(data) + f" --model {rel(MODELS[student])} --method {method} " \
             f"--labels {a.work}/labels-{dataset} --max-steps {a.max_steps} --eval-steps {a.eval_steps}" + \
-            (f" --max-length {a.max_length}" if student == "minilm" else "") + \
+            (f" --max-length {a.max_length}" if student == "minilm" else " --kind sparse") + \
             (f" --mlm-steps {a.mlm_steps} --no-vocabulary" if method == "cai" else "")
         rows = [{"table": "adapt", "dataset": dataset, "system": f"{NAMES[student]} zero-shot (max length {b['max_length']})",
                  "command": shown, "machine": machine(), "metrics": {k: round(v, 4) for k, v in m["before"].items()
@@ -132,6 +135,9 @@ def main() -> int:
         save_rows("adapt", rows)
         log(f"{spec}: before {m['before']['ndcg@10']:.4f} after {m['after']['ndcg@10']:.4f} p={m['p_value']:.3g} "
             f"selected step {m['selected_step']} ({b['minutes']:.1f} min)")
+    if not a.no_refs:
+        log("reference rows: BM25, teacher")
+        save_rows("adapt", reference_rows(data, dataset, a.max_length))
     return 0
 
 

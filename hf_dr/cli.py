@@ -35,26 +35,24 @@ class CLIError(Exception):
 
 
 # ---------------------------------------------------------------- argument types (checked at parse time)
-def positive_int(text: str) -> int:
-    """``type=`` for counts and sizes: an integer >= 1 (``--top-k 0`` would score nothing)."""
+def _int_at_least(text: str, minimum: int, expected: str, bound: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer (at least 1), got {value}")
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """``type=`` for counts and sizes: an integer >= 1 (``--top-k 0`` would score nothing)."""
+    return _int_at_least(text, 1, "a positive integer", "a positive integer (at least 1)")
 
 
 def non_negative_int(text: str) -> int:
     """``type=`` for an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
+    return _int_at_least(text, 0, "an integer >= 0", "0 or more")
 
 
 def finite_float(text: str) -> float:

@@ -105,6 +105,39 @@ def test_adapt_end_to_end(first_run, tmp_path, capsys):
     assert (tmp_path / "repo" / "README.md").is_file()
 
 
+def test_training_never_touches_the_starting_model(split_data, tiny_bert_dir, tmp_path, monkeypatch, capsys):
+    """Training works on a copy: the "before" row scores the starting model as loaded, even when
+    training scrambles the weights of the model it was given."""
+    import torch
+
+    import hf_dr.adaptation.pipeline as pipeline
+    from hf_dr.data import load_beir
+    from hf_dr.evaluation import evaluate
+    from hf_dr.models import load_encoder
+    from hf_dr.retrieval import EncoderRetriever
+
+    real = pipeline._train
+
+    def scrambling(cfg, model, *args, **kwargs):
+        record = real(cfg, model, *args, **kwargs)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(torch.randn_like(p))
+        return record
+
+    monkeypatch.setattr(pipeline, "_train", scrambling)
+    rc, _, err = _adapt(capsys, "--data", split_data, "--model", tiny_bert_dir, "--method", "dodress",
+                        "--output", tmp_path / "o", *FAST)
+    assert rc == 0, err
+    m = json.loads((tmp_path / "o" / "metrics.json").read_text())
+    model = load_encoder(tiny_bert_dir)
+    model.max_doc_length = model.max_query_length = m["budget"]["max_length"]
+    test = load_beir(split_data, split="test")
+    res = evaluate(EncoderRetriever.from_data(model, test, show_progress_bar=False), test,
+                   metrics=("ndcg@10", "recall@100"))
+    assert res.aggregate == pytest.approx(m["before"], abs=1e-9)
+
+
 def test_rerun_reuses_labels_and_training(first_run, split_data, tiny_bert_dir, capsys):
     out, work, _ = first_run
     base = ["--data", split_data, "--model", tiny_bert_dir, "--method", "dodress", "--output", out, "--overwrite"]

@@ -28,6 +28,7 @@ weights and the test data. A re-run with one changed parameter redoes only what 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -66,6 +67,7 @@ class AdaptConfig:
     method: str
     output: str
     split: str = "train"
+    kind: str = "auto"  # how to read ``model``: auto | dense | sparse (an MLM checkpoint as SPLADE)
     max_steps: int = 500
     batch_size: int = 8
     learning_rate: float = 2e-5
@@ -203,7 +205,7 @@ def _load_student(cfg: AdaptConfig):
 
     if cfg.method == "cai":
         return load_encoder(cfg.model, kind="sparse")
-    model = load_encoder(cfg.model)
+    model = load_encoder(cfg.model, kind=cfg.kind)
     if cfg.method == "berm" and type(model).__name__ != "BERMEncoder":
         from ..models.berm import BERMEncoder
 
@@ -328,7 +330,9 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
         stages["train"] = "cached"
         say(f"train: cached ({cfg.max_steps} steps, {run_dir.name})")
     else:
-        record = _train(cfg, init, train, dev, run_dir, max_length, say, cache)
+        # train a copy: ``student`` stays the untrained starting model ("step 0", the "before" row)
+        record = _train(cfg, copy.deepcopy(init) if init is student else init, train, dev, run_dir, max_length, say,
+                        cache)
         record["minutes"] = round((time.time() - t1) / 60, 2)
         stages["train"] = "computed"
     dev_scores = {"0": dev0, **{str(k): v for k, v in record["dev"].items()}}
@@ -466,7 +470,7 @@ def _train(cfg: AdaptConfig, model, train, dev, run_dir: Path, max_length: int, 
     elif cfg.method == "pseudo-margin-mse":
         from ..objectives import MarginMSEObjective
 
-        kwargs.update(objective=MarginMSEObjective(), teacher_scores=True)
+        kwargs.update(objective=MarginMSEObjective(scale=default_scale(model)), teacher_scores=True)
     elif cfg.method == "cai":
         from ..objectives import SpladeObjective
 

@@ -23,6 +23,9 @@ def register(sub) -> None:
                    "for --method cai)")
     p.add_argument("--method", required=True, choices=list(METHODS), help="; ".join(f"{k}: {v}" for k, v in METHODS.items()))
     p.add_argument("--output", required=True, help="output folder (written whole at the end; must be new or empty)")
+    p.add_argument("--kind", default="auto", choices=["auto", "dense", "sparse"],
+                   help="how to read --model: auto (a saved hf-dr model as it is, anything else dense), dense, "
+                        "or sparse (an MLM checkpoint such as splade-tiny as SPLADE; cai always reads it so)")
     p.add_argument("--split", default="train", help="training query split (default train; test is refused). "
                    "Without qrels/SPLIT.tsv every query not judged in qrels/test.tsv is a training query")
     p.add_argument("--labels", default=None, metavar="DIR", help="re-use a `hf-dr label` output folder (train + dev) "
@@ -60,6 +63,7 @@ def run(args) -> int:
     argv = sys.argv[sys.argv.index("adapt") + 1:] if "adapt" in sys.argv else None
     command = "hf-dr adapt " + " ".join(shlex.quote(a) for a in argv) if argv is not None else None
     cfg = AdaptConfig(data=args.data, model=args.model, method=args.method, output=args.output, split=args.split,
+                      kind=args.kind,
                       max_steps=args.max_steps, batch_size=args.batch_size, learning_rate=args.learning_rate,
                       max_length=args.max_length, eval_steps=args.eval_steps, dev_queries=args.dev_queries,
                       negatives=args.negatives, k=args.k, m=args.m, bm25_top=args.bm25_top,

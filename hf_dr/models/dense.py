@@ -122,7 +122,8 @@ class DenseEncoder(nn.Module, EncoderMixin):
 
         state = load_file(str(Path(directory) / "model.safetensors"))
         missing, unexpected = self.backbone.load_state_dict(state, strict=False)
-        missing = [k for k in missing if k not in getattr(self.backbone, "_tied_weights_keys", {}) or ()]
+        tied = getattr(self.backbone, "_tied_weights_keys", None) or ()
+        missing = [k for k in missing if k not in tied]
         if unexpected or missing:
             raise ValueError(f"{directory}: weights do not fit this encoder (missing {missing[:3]}, unexpected {unexpected[:3]})")
 

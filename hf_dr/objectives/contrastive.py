@@ -65,13 +65,18 @@ class ContrastiveObjective:
 @dataclass
 class MarginMSEObjective:
     """Margin-MSE against teacher scores ``inputs["teacher_scores"] [B, 1 + m]``
-    (positive first); each hard negative forms one (pos, neg) pair."""
+    (positive first); each hard negative forms one (pos, neg) pair. ``scale`` multiplies the
+    student's scores first: a cosine student's margins live in [-2, 2], which cannot match a
+    teacher's margins of several units (GPL's dot-product students need none; 20 for cosine, as
+    :func:`hf_dr.labeling.finetune.default_scale` gives)."""
+
+    scale: float = 1.0
 
     def __call__(self, model, inputs):
         q, d = embed_batch(model, inputs)
         B = q.shape[0]
         d = d.view(B, -1, d.shape[-1])
-        s = torch.einsum("bd,bgd->bg", q, d)
+        s = self.scale * torch.einsum("bd,bgd->bg", q, d)
         t = inputs["teacher_scores"].to(s.dtype)
         m = s.shape[1] - 1
         loss = margin_mse_loss(s[:, :1].expand(-1, m).reshape(-1), s[:, 1:].reshape(-1),
