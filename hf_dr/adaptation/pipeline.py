@@ -227,8 +227,9 @@ def _save_model(model, folder: Path) -> Path:
     tok = getattr(model, "tokenizer", None)
     if tok is not None and not (tmp / "tokenizer_config.json").is_file():
         tok.save_pretrained(tmp)
-    shutil.rmtree(folder, ignore_errors=True)
-    tmp.rename(folder)
+    from ..io import replace_folder
+
+    replace_folder(tmp, folder)  # the old folder goes only once the new one is in place
     return folder
 
 
