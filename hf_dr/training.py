@@ -314,14 +314,7 @@ class RetrievalTrainer(Trainer):
         encoders), ``load_checkpoint_weights`` (e.g. DDR: the REM only, the frozen DAM stays), or
         the safetensors file with tied / shared weights accounted for -- no spurious missing-key
         reports; a real mismatch is an error."""
-        m = self.accelerator.unwrap_model(model if model is not None else self.model)
-        if hasattr(m, "load_weights") and not isinstance(m, PreTrainedModel):
-            m.load_weights(folder)
-        elif hasattr(m, "load_checkpoint_weights"):
-            m.load_checkpoint_weights(folder)
-        else:
-            load_state_dict_checked(m, folder)
-        logger.info("loaded the weights of %s", folder)
+        load_checkpoint_into(self.accelerator.unwrap_model(model if model is not None else self.model), folder)
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         if self.is_deepspeed_enabled or self.is_fsdp_enabled or \
@@ -335,6 +328,20 @@ class RetrievalTrainer(Trainer):
                 not (Path(best) / "model.safetensors").is_file():
             return super()._load_best_model()
         self._load_weights(best)
+
+
+def load_checkpoint_into(model: torch.nn.Module, folder: str | os.PathLike) -> None:
+    """Load a :class:`RetrievalTrainer` checkpoint's weights into ``model`` through its own loader:
+    ``load_weights`` (plain encoders), ``load_checkpoint_weights`` (e.g. DDR: the REM only, the frozen
+    DAM stays), or the safetensors file with tied / shared weights accounted for -- no spurious
+    missing-key reports; a real mismatch is an error."""
+    if hasattr(model, "load_weights") and not isinstance(model, PreTrainedModel):
+        model.load_weights(folder)
+    elif hasattr(model, "load_checkpoint_weights"):
+        model.load_checkpoint_weights(folder)
+    else:
+        load_state_dict_checked(model, folder)
+    logger.info("loaded the weights of %s", folder)
 
 
 def load_state_dict_checked(model: torch.nn.Module, folder: str | os.PathLike) -> None:

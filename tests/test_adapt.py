@@ -239,9 +239,9 @@ def test_margin_mse_needs_teacher_scores():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--method", "ddr"], "--rem"),
+    (["--method", "ddr"], "not a REM"),
     (["--method", "dodress", "--split", "test"], "test split is for evaluation only"),
-    (["--method", "ddr", "--rem", "REM"], "not available"),
+    (["--method", "ddr", "--rem", "REM"], "give the REM once"),
 ])
 def test_refusals(args, message, split_data, tiny_bert_dir, tmp_path, capsys):
     rc, _, err = _adapt(capsys, "--data", split_data, "--model", tiny_bert_dir, "--output", tmp_path / "o",
@@ -267,3 +267,68 @@ def test_non_empty_output_refused(split_data, tiny_bert_dir, tmp_path, capsys):
     rc, _, err = _adapt(capsys, "--data", split_data, "--model", tiny_bert_dir, "--method", "dodress",
                         "--output", out)
     assert rc == 2 and "--overwrite" in err and (out / "keep").is_file()
+
+
+@pytest.fixture(scope="module")
+def rem_dir(tiny_bert_dir, tmp_path_factory):
+    """A REM (untrained; LoRA + parallel adapters) saved with its source DAM in ``dam/``."""
+    import torch
+
+    from hf_dr.models.ddr import DDRModel
+
+    torch.manual_seed(0)
+    d = tmp_path_factory.mktemp("rem") / "rem"
+    DDRModel.from_backbone(tiny_bert_dir, lora_rank=4, max_doc_length=32, max_query_length=16).save_pretrained(d)
+    return d
+
+
+def test_ddr_trains_a_target_dam_for_the_rem(first_run, split_data, rem_dir, tmp_path, capsys):
+    """--method ddr: MLM of the REM's DAM on the corpus; each checkpoint + the unchanged REM is a dev
+    candidate; the output is the REM with the chosen DAM, loadable with AutoModel."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModel
+
+    _, work, _ = first_run
+    out = tmp_path / "out"
+    rc, text, err = _adapt(capsys, "--data", split_data, "--model", rem_dir, "--method", "ddr", "--labels",
+                           work / "labels", "--output", out, "--max-steps", "4", "--eval-steps", "2",
+                           "--max-length", "32", "--batch-size", "4", "--learning-rate", "5e-3")
+    assert rc == 0, err
+    assert "target DAM by continual MLM" in text and "dev: target DAM at step 4" in text
+    m = json.loads((out / "metrics.json").read_text())
+    assert set(m["dev"]) == {"0", "2", "4"} and m["ddr"]["rem"] == "rem"
+    loaded = AutoModel.from_pretrained(out / "model", trust_remote_code=True)
+    assert type(loaded).__name__ == "DDRModel"
+    rem_name = next(p.name for p in rem_dir.glob("*.safetensors"))
+    before, after = load_file(rem_dir / rem_name), load_file(out / "model" / rem_name)
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)  # REM kept
+    src = load_file(rem_dir / "dam" / "model.safetensors")
+    dam = load_file(out / "model" / "dam" / "model.safetensors")
+    changed = any(not torch.equal(src[k], dam[k]) for k in src if k in dam)
+    assert changed == (m["selected_step"] != 0)
+    assert "REM" in (out / "README.md").read_text()
+
+
+def test_last_checkpoint_is_reported_when_selection_chose_another(split_data, tiny_bert_dir, tmp_path, monkeypatch,
+                                                                  capsys):
+    """When the dev set picks an earlier step, the last checkpoint's test score is reported beside
+    the selected one (how often selection saves a run is then countable)."""
+    import hf_dr.adaptation.pipeline as pipeline
+
+    real = pipeline._train
+
+    def early_best(cfg, model, *args, **kwargs):
+        record = real(cfg, model, *args, **kwargs)
+        record["dev"] = {2: 2.0, 4: -1.0}  # step 2 best, the last step worst
+        return record
+
+    monkeypatch.setattr(pipeline, "_train", early_best)
+    rc, text, err = _adapt(capsys, "--data", split_data, "--model", tiny_bert_dir, "--method", "dodress",
+                           "--output", tmp_path / "o", *FAST)
+    assert rc == 0, err
+    m = json.loads((tmp_path / "o" / "metrics.json").read_text())
+    assert m["selected_step"] == 2
+    assert m["last_checkpoint"]["step"] == 4 and 0.0 <= m["last_checkpoint"]["ndcg@10"] <= 1.0
+    assert "the last checkpoint (step 4, not selected) would score test nDCG@10" in text
+    assert "the last\ncheckpoint, step 4, would have scored" in (tmp_path / "o" / "README.md").read_text()

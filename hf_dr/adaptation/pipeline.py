@@ -16,7 +16,11 @@ Methods (:data:`METHODS`):
   corpus (:func:`hf_dr.adaptation.cai.run_cai`), then SPLADE training on the target pseudo-labels;
   the student is an MLM checkpoint;
 * ``berm``: BERM (papers/000) on the pseudo-labels, sentence units annotated by BM25;
-* ``ddr``: needs ``rem``; not implemented in this pipeline yet (refused with a clear message).
+* ``ddr``: DDR (papers/001) for a trained REM (``--model REM``): a target DAM by continual MLM on
+  the corpus, started from the REM's own (source) DAM (the paper's sequential initialisation); every
+  MLM checkpoint, paired with the unchanged REM, is a candidate on the dev set. The REM is not
+  retrained (train a REM on pseudo-labels with ``dodress`` / ``pseudo-margin-mse`` and a REM as
+  ``--model``: its DAM stays frozen).
 
 Every stage is cached in a work folder beside the output (``.OUT.work``, or ``work_dir``),
 keyed on the content of its inputs and its parameters: the label stage by
@@ -49,7 +53,7 @@ METHODS = {
     "cai": "SPLADE-CAI: AdaLM vocabulary expansion + continual MLM + IDF on the target corpus, then SPLADE "
            "training on the target pseudo-labels (papers/003)",
     "berm": "BERM (balance + extract unit losses, papers/000) on the DoDress pseudo-label triplets",
-    "ddr": "DDR: a target DAM by MLM on the corpus for a given REM",
+    "ddr": "DDR: a target DAM by continual MLM on the corpus for a given REM (papers/001)",
 }
 METRICS = ("ndcg@10", "recall@100")
 
@@ -135,10 +139,7 @@ def check_config(cfg: AdaptConfig) -> None:
         raise AdaptError("--split test would train on the test queries: the test split is for evaluation only "
                          "(use --split train)")
     if cfg.method == "ddr":
-        if not cfg.rem:
-            raise AdaptError("--method ddr adapts a given REM to the corpus: give --rem PATH (a DDR REM folder)")
-        raise AdaptError("--method ddr is not available in hf-dr adapt yet: train the target DAM with "
-                         "examples/adapt_dam.py and combine it with the REM (docs/ddr.md)")
+        _ddr_rem(cfg)
     for name in ("max_steps", "batch_size", "dev_queries", "k", "m", "bm25_top", "mlm_steps"):
         if getattr(cfg, name) < 1:
             raise AdaptError(f"--{name.replace('_', '-')} must be at least 1")
@@ -172,6 +173,27 @@ def check_config(cfg: AdaptConfig) -> None:
 
 
 # ----------------------------------------------------------------------------- models
+def _ddr_rem(cfg: AdaptConfig) -> str:
+    """The trained REM ``--method ddr`` adapts: ``--model`` when it is a DDR REM folder (or Hub id
+    given as ``--rem``); anything else is refused (:class:`AdaptError`)."""
+    if cfg.rem and str(cfg.rem) != str(cfg.model):
+        raise AdaptError(f"--method ddr: give the REM once, as --model (got --model {cfg.model} and --rem {cfg.rem})")
+    cfg_file = Path(str(cfg.model)).expanduser() / "config.json"
+    model_type = None
+    if cfg_file.is_file():
+        try:
+            model_type = json.loads(cfg_file.read_text()).get("model_type")
+        except ValueError:
+            model_type = None
+    elif cfg.rem:  # a Hub id named as a REM
+        return str(cfg.rem)
+    if model_type != "ddr":
+        raise AdaptError(f"--method ddr adapts a trained DDR REM to the corpus (a target DAM for it): {cfg.model} is "
+                         f"not a REM ({model_type or 'no DDR config.json'}); train one with examples/train_ddr.py, "
+                         f"or adapt this model with dodress / pseudo-margin-mse")
+    return str(cfg.model)
+
+
 def _max_positions(model) -> int | None:
     cfg = getattr(model, "config", None)
     for c in (getattr(cfg, "backbone_config", None), cfg):
@@ -205,6 +227,10 @@ def _load_student(cfg: AdaptConfig):
 
     if cfg.method == "cai":
         return load_encoder(cfg.model, kind="sparse")
+    if cfg.method == "ddr":
+        from ..models.ddr import DDRModel
+
+        return DDRModel.from_pretrained(_ddr_rem(cfg))  # the REM on its source DAM
     model = load_encoder(cfg.model, kind=cfg.kind)
     if cfg.method == "berm" and type(model).__name__ != "BERMEncoder":
         from ..models.berm import BERMEncoder
@@ -321,7 +347,8 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
     if cfg.method == "cai":
         init, prep = _cai_backbone(cfg, data, work, max_length, say, stages)
         init_fp = model_fingerprint(init)
-    train_params = {"method": cfg.method, "init": init_fp, "labels": labels_key, "max_steps": cfg.max_steps,
+    train_params = {"method": cfg.method, "init": init_fp,
+                    "labels": labels_key if cfg.method != "ddr" else {"dev": labels_key["dev"]}, "max_steps": cfg.max_steps,
                     "batch_size": cfg.batch_size, "lr": cfg.learning_rate, "max_length": max_length,
                     "eval_steps": _eval_steps(cfg), "seed": cfg.seed}
     run_dir = work / f"train-{cfg.method}-{_digest(train_params)}"
@@ -332,8 +359,12 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
         say(f"train: cached ({cfg.max_steps} steps, {run_dir.name})")
     else:
         # train a copy: ``student`` stays the untrained starting model ("step 0", the "before" row)
-        record = _train(cfg, copy.deepcopy(init) if init is student else init, train, dev, run_dir, max_length, say,
-                        cache)
+        if cfg.method == "ddr":  # the DAM is trained (MLM); the REM is kept
+            record = _train_ddr(cfg, student, data.doc_texts(), evaluator, labels_key["dev"], run_dir, max_length,
+                                    say, cache)
+        else:
+            record = _train(cfg, copy.deepcopy(init) if init is student else init, train, dev, run_dir, max_length,
+                            say, cache)
         record["minutes"] = round((time.time() - t1) / 60, 2)
         stages["train"] = "computed"
     dev_scores = {"0": dev0, **{str(k): v for k, v in record["dev"].items()}}
@@ -351,16 +382,20 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
         selected_step, selected_dev = best_step, best
         selected_dir = run_dir / "selected"
         say(f"select: step {best_step} (dev nDCG@10 {best:.4f} > {dev0:.4f} at step 0)")
+    last_step = max((int(x) for x in record["dev"]), default=0)
+    last_dir = run_dir / "last"
     if not done.is_file():
         from ..io import atomic_write_json
 
+        if last_step and last_step != selected_step:  # kept for the test-split report of what selection avoided
+            _save_checkpoint_model(cfg, init, run_dir / f"checkpoint-{last_step}", last_dir)
         atomic_write_json(done, record, indent=1)
         for c in run_dir.glob("checkpoint-*"):  # the selected weights are saved: checkpoints are not needed
             shutil.rmtree(c, ignore_errors=True)
     train_minutes = record.get("minutes", 0.0)
 
     # 4. evaluation on the test split: read only now
-    before = after = None
+    before = after = last_eval = None
     t_stat = p_value = None
     labelled_eval = beir.has_split(cfg.data, "test")
     if labelled_eval:
@@ -373,6 +408,11 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
         t_stat, p_value = _ttest(after, before)
         say(f"evaluate: test nDCG@10 {before['aggregate']['ndcg@10']:.4f} -> {after['aggregate']['ndcg@10']:.4f} "
             f"(p = {p_value:.3g}, {after['n_queries']} queries)")
+        if last_step != selected_step and (last_dir / "config.json").is_file():
+            res = _evaluate_cached(cache, load_encoder(last_dir), test, cfg.batch_size)["aggregate"]
+            last_eval = {"step": last_step, **res}
+            say(f"evaluate: the last checkpoint (step {last_step}, not selected) would score test nDCG@10 "
+                f"{res['ndcg@10']:.4f}")
     else:
         say("evaluate: no qrels/test.tsv: no labelled evaluation possible (the pseudo-labelled dev set is the only "
             "yardstick)")
@@ -392,6 +432,8 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
         "t_statistic": t_stat, "p_value": p_value,
         "dev": dev_scores, "selected_step": selected_step, "selected_dev_ndcg@10": selected_dev,
         "kept_starting_model": kept_start, "below_zero_shot": below,
+        # the test score of the last checkpoint when selection chose another: how selection fared
+        "last_checkpoint": last_eval,
         "budget": {"steps": cfg.max_steps, "eval_steps": _eval_steps(cfg), "batch_size": cfg.batch_size,
                    "learning_rate": cfg.learning_rate, "max_length": max_length,
                    "mlm_steps": cfg.mlm_steps if cfg.method == "cai" else None,
@@ -400,7 +442,10 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
         "label_stats": {k: label_stats.get(k) for k in ("train_queries", "dev_queries", "triplets", "dev_rows",
                                                       "queries_without_bm25_hits") if k in label_stats},
         "negatives": (label_stats.get("config") or {}).get("negatives", cfg.negatives),
-        "cai": prep or None, "command": _public_command(cfg.command), "stages": stages,
+        "cai": prep or None,
+        "ddr": {"rem": _public(_ddr_rem(cfg)), "trained": "the target DAM (continual MLM); the REM unchanged",
+                "source_dam": _public(student.config.dam_name_or_path)} if cfg.method == "ddr" else None,
+        "command": _public_command(cfg.command), "stages": stages,
     }
     _write_output(cfg, out, work, selected_dir, metrics, after)
     say(f"wrote {out} (model/, README.md, metrics.json)")
@@ -509,6 +554,64 @@ def _train(cfg: AdaptConfig, model, train, dev, run_dir: Path, max_length: int, 
     return {"dev": dev_scores,
             "best_checkpoint": Path(trainer.state.best_model_checkpoint).name
             if trainer.state.best_model_checkpoint else None}
+
+
+def _train_ddr(cfg: AdaptConfig, model, texts, evaluator, dev_key: str, run_dir: Path, max_length: int, say,
+               cache) -> dict:
+    """DDR's target DAM (papers/001 Sec. 3.3): continual MLM on the corpus ``texts`` from the REM's
+    source DAM, a checkpoint every ``eval_steps``; each checkpoint, paired with the unchanged REM, is
+    scored on the dev set. Saves the best pair (REM + ``dam/``) to ``run_dir/selected``; returns
+    ``{"dev": {step: score}}``. Resumes from the newest complete checkpoint of ``run_dir``."""
+    from transformers import TrainingArguments
+
+    from ..embeddings import model_fingerprint
+    from ..training import last_complete_checkpoint, quiet_progress_bars
+    from .mlm import MLMArguments, load_mlm_model, train_mlm
+
+    source = model.config.dam_name_or_path
+    last = last_complete_checkpoint(run_dir)
+    if last:
+        say(f"train: resuming the target DAM's MLM from {Path(last).name} ({cfg.max_steps} steps in all)")
+    else:
+        say(f"train: target DAM by continual MLM on {len(texts)} documents ({cfg.max_steps} steps, batch "
+            f"{cfg.batch_size}, lr {cfg.learning_rate:g}, max length {max_length}), from the REM's DAM")
+    if not cfg.show_progress_bar:
+        quiet_progress_bars()
+    args = TrainingArguments(output_dir=str(run_dir), max_steps=cfg.max_steps, per_device_train_batch_size=cfg.batch_size,
+                             learning_rate=cfg.learning_rate, save_strategy="steps", save_steps=_eval_steps(cfg),
+                             save_total_limit=None, seed=cfg.seed, data_seed=cfg.seed, report_to=[],
+                             logging_steps=max(1, min(50, cfg.max_steps // 10)), disable_tqdm=not cfg.show_progress_bar)
+    mlm = load_mlm_model(source)
+    train_mlm(mlm, model.tokenizer, texts, args, MLMArguments(max_length=max_length),
+              resume_from_checkpoint=last or False, save=False)
+    del mlm
+    checkpoints = sorted(run_dir.glob("checkpoint-*"), key=lambda c: int(c.name.split("-")[-1]))
+    candidate, dev = copy.deepcopy(model), {}
+    for ckpt in checkpoints:
+        step = int(ckpt.name.split("-")[-1])
+        candidate.load_dam(str(ckpt))
+        dev[step] = cache.json("dev_ddr", {"model": model_fingerprint(candidate), "dev": dev_key,
+                                           "max_length": max_length},
+                               lambda: float(evaluator(candidate)["ndcg@10"]))
+        say(f"dev: target DAM at step {step}: nDCG@10 = {dev[step]:.4f}")
+    if dev:
+        best = max(dev, key=lambda s: (dev[s], -s))
+        candidate.load_dam(str(run_dir / f"checkpoint-{best}"))
+        _save_model(candidate, run_dir / "selected")
+    return {"dev": dev}
+
+
+def _save_checkpoint_model(cfg: AdaptConfig, init, checkpoint: Path, folder: Path) -> None:
+    """The model of a training checkpoint, saved whole to ``folder`` (``init``: the model training
+    started from; for DDR the checkpoint is a DAM for the unchanged REM)."""
+    from ..training import load_checkpoint_into
+
+    model = copy.deepcopy(init)
+    if cfg.method == "ddr":
+        model.load_dam(str(checkpoint))
+    else:
+        load_checkpoint_into(model, checkpoint)
+    _save_model(model, folder)
 
 
 def _evaluate_cached(cache, model, test, batch_size: int) -> dict:

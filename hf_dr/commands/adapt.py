@@ -20,7 +20,7 @@ def register(sub) -> None:
                        description=__doc__)
     p.add_argument("--data", required=True, help="BEIR folder (corpus.jsonl, queries.jsonl; qrels optional)")
     p.add_argument("--model", required=True, help="the retriever to adapt (any hf-dr encoder; an MLM checkpoint "
-                   "for --method cai)")
+                   "for --method cai; a trained DDR REM for --method ddr)")
     p.add_argument("--method", required=True, choices=list(METHODS), help="; ".join(f"{k}: {v}" for k, v in METHODS.items()))
     p.add_argument("--output", required=True, help="output folder (written whole at the end; must be new or empty)")
     p.add_argument("--kind", default="auto", choices=["auto", "dense", "sparse"],
@@ -46,10 +46,12 @@ def register(sub) -> None:
     p.add_argument("--teacher", default="fusion", help="fusion | cross-encoder:ID | monot5:ID (default fusion)")
     p.add_argument("--dense-teacher", default=None,
                    help="the dense model of the fusion teacher and SimANS (default: --model when it is dense)")
-    p.add_argument("--mlm-steps", type=positive_int, default=1000, help="cai / ddr: continual MLM steps")
+    p.add_argument("--mlm-steps", type=positive_int, default=1000,
+                   help="cai: continual MLM steps (ddr's training is the MLM: --max-steps)")
     p.add_argument("--no-vocabulary", action="store_true", help="cai: skip the AdaLM vocabulary expansion")
     p.add_argument("--delta-v", type=positive_int, default=3000, help="cai: vocabulary increment per iteration")
-    p.add_argument("--rem", default=None, help="ddr: the REM folder the target DAM is made for")
+    p.add_argument("--rem", default=None, help="ddr: the REM the target DAM is made for, when --model cannot say "
+                   "so (a Hub id); a REM folder is given as --model")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work-dir", default=None, help="stage cache and checkpoints (default: .OUTPUT.work beside it)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output once the new one is complete")
@@ -82,6 +84,9 @@ def run(args) -> int:
 
         print(results_table(m))
         print(f"paired t-test on nDCG@10: p = {m['p_value']:.4g}")
+        if m.get("last_checkpoint"):
+            print(f"the last checkpoint (step {m['last_checkpoint']['step']}, not selected) would score test nDCG@10 "
+                  f"{m['last_checkpoint']['ndcg@10']:.4f}")
         if m["below_zero_shot"]:
             print(f"WARNING: the adapted model scores below the zero-shot model on the test split "
                   f"({m['after']['ndcg@10']:.4f} < {m['before']['ndcg@10']:.4f})")
