@@ -88,13 +88,15 @@ def test_adapt_end_to_end(first_run, tmp_path, capsys):
         assert key in m
     assert m["labelled_evaluation"] is True and m["test_queries"] == 20
     assert set(m["dev"]) == {"0", "2", "4"}  # step 0 = the untrained model
-    assert m["selected_step"] in (0, 2, 4)
-    assert m["kept_starting_model"] == (m["selected_step"] == 0)
+    # the fusion teacher fuses BM25 with this very student: step 0 is shown but is no candidate
+    assert m["teacher_contains_student"] is True and m["starting_model_is_candidate"] is False
+    assert m["selected_step"] in (2, 4) and m["kept_starting_model"] is False
     assert m["below_zero_shot"] == (m["after"]["ndcg@10"] < m["before"]["ndcg@10"])
     assert 0.0 <= m["p_value"] <= 1.0
     assert m["budget"]["steps"] == 4 and m["budget"]["max_length"] == 32
     card = (out / "README.md").read_text()
     assert "Before / after" in card and "zero-shot (before)" in card and "p = " in card
+    assert "shown but not a candidate here" in card
     assert "fusion(bm25," in card and "hf-dr adapt --data data" in card  # teacher and command, no local paths
     assert str(tmp_path.parent) not in card
     # the model folder is a suite model that hf-dr push publishes as is
@@ -298,6 +300,7 @@ def test_ddr_trains_a_target_dam_for_the_rem(first_run, split_data, rem_dir, tmp
     assert "target DAM by continual MLM" in text and "dev: target DAM at step 4" in text
     m = json.loads((out / "metrics.json").read_text())
     assert set(m["dev"]) == {"0", "2", "4"} and m["ddr"]["rem"] == "rem"
+    assert m["teacher_contains_student"] is False  # the labels' dense model is the backbone, not this REM
     loaded = AutoModel.from_pretrained(out / "model", trust_remote_code=True)
     assert type(loaded).__name__ == "DDRModel"
     rem_name = next(p.name for p in rem_dir.glob("*.safetensors"))

@@ -3,7 +3,8 @@
 label (DoDress pseudo-relevance labels of the *training* queries, or a ``hf-dr label`` folder)
 -> train (the method's objective through the one :class:`~hf_dr.training.RetrievalTrainer`)
 -> select (nDCG@10 on the pseudo-labelled dev set of held-out training queries, the untrained
-starting model included as "step 0": no checkpoint beating it keeps the starting model)
+starting model included as "step 0": no checkpoint beating it keeps the starting model; not when
+the teacher fuses BM25 with the starting model itself, whose dev labels then favour it)
 -> evaluate (only now is the test split read; before / after with a paired t-test, when it has
 qrels) -> a Hub-ready folder ``OUT/model`` + card ``OUT/README.md`` + ``OUT/metrics.json``,
 written whole through :func:`hf_dr.io.output_folder`.
@@ -370,7 +371,14 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
     dev_scores = {"0": dev0, **{str(k): v for k, v in record["dev"].items()}}
     best_step, best = max(((int(s), v) for s, v in record["dev"].items()), key=lambda x: (x[1], -x[0]),
                           default=(0, float("-inf")))
-    kept_start = not best > dev0
+    # a fusion teacher over the starting model itself grades the dev set partly with the starting
+    # model's own scores: step 0 would be judged on labels it helped make, so it is no candidate then
+    label_dense_fp = (label_stats.get("fingerprints") or {}).get("dense_model")
+    teacher_has_student = str(teacher_name).startswith("fusion") and label_dense_fp == start_fp
+    if teacher_has_student and record["dev"]:
+        say("select: the teacher fuses BM25 with the starting model itself, so the dev labels favour it: step 0 "
+            "is shown but is no candidate")
+    kept_start = not record["dev"] or (not teacher_has_student and not best > dev0)
     if kept_start:
         selected_step, selected_dev = 0, dev0
         say(f"select: no checkpoint beats the starting model on the dev set (best {best:.4f} at step {best_step} "
@@ -381,7 +389,7 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
     else:
         selected_step, selected_dev = best_step, best
         selected_dir = run_dir / "selected"
-        say(f"select: step {best_step} (dev nDCG@10 {best:.4f} > {dev0:.4f} at step 0)")
+        say(f"select: step {best_step} (dev nDCG@10 {best:.4f}; {dev0:.4f} at step 0)")
     last_step = max((int(x) for x in record["dev"]), default=0)
     last_dir = run_dir / "last"
     if not done.is_file():
@@ -432,6 +440,7 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
         "t_statistic": t_stat, "p_value": p_value,
         "dev": dev_scores, "selected_step": selected_step, "selected_dev_ndcg@10": selected_dev,
         "kept_starting_model": kept_start, "below_zero_shot": below,
+        "teacher_contains_student": teacher_has_student, "starting_model_is_candidate": not teacher_has_student,
         # the test score of the last checkpoint when selection chose another: how selection fared
         "last_checkpoint": last_eval,
         "budget": {"steps": cfg.max_steps, "eval_steps": _eval_steps(cfg), "batch_size": cfg.batch_size,
