@@ -1,14 +1,15 @@
 """`hf-dr adapt` on a target corpus with training queries: does adaptation help, and at what CPU cost?
 
     python benchmarks/adapt.py                                   # SciFact, the default rows
-    python benchmarks/adapt.py --rows minilm:pseudo-margin-mse --max-steps 300
+    python benchmarks/adapt.py --rows minilm:pseudo-margin-mse:500    # student:method[:steps]
 
 One labelled set per dataset (`hf-dr label`: its *train* queries, BM25 top-100 reranked by the
 z-score fusion of BM25 and all-MiniLM-L6-v2, SimANS negatives on the 20 x cosine scale, 20
 training queries held out as the pseudo-dev set), then one `hf-dr adapt ... --labels` run per
 row (student x method), each a separate process, one at a time. Every row records the test
 nDCG@10 / R@100 before and after, the paired t-test, the checkpoint the pseudo-dev set picked
-(step 0 = the starting model kept) and the CPU budget (steps, batch, max length, minutes).
+(step 0 = the starting model kept), the last checkpoint's test score when another was picked, and
+the CPU budget (steps, batch, max length, minutes).
 Reference rows: BM25 and the teacher (BM25 top-100 reranked by the same fusion) on the test split.
 Work folders go under ``--work`` (default ``runs/adapt``); rows are saved as each finishes.
 """
@@ -28,7 +29,7 @@ from common import SHARED, command_line, machine, save_rows  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 MODELS = {"minilm": SHARED / "models" / "all-MiniLM-L6-v2", "splade-tiny": SHARED / "models" / "splade-tiny"}
 NAMES = {"minilm": "all-MiniLM-L6-v2", "splade-tiny": "splade-tiny"}
-DEFAULT_ROWS = "minilm:pseudo-margin-mse,splade-tiny:pseudo-margin-mse,minilm:dodress,splade-tiny:cai"
+DEFAULT_ROWS = "minilm:pseudo-margin-mse:500,splade-tiny:pseudo-margin-mse:300,splade-tiny:cai:300,minilm:dodress:300"
 
 
 def log(msg: str) -> None:
@@ -68,16 +69,17 @@ def reference_rows(data_dir: Path, dataset: str, max_length: int) -> list[dict]:
     reranked = teacher.rerank(run100, queries, show_progress_bar=False)
     rows.append((f"teacher: BM25 top-100 reranked by z-score fusion BM25 + all-MiniLM-L6-v2 (max length {max_length})",
                  evaluate_run(test.qrels, reranked, ("ndcg@10", "recall@100")), t))
-    return [{"table": "adapt", "dataset": dataset, "system": name, "command": command_line(), "machine": machine(),
+    return [{"table": "adapt", "dataset": dataset, "row": row, "system": name, "command": command_line(), "machine": machine(),
              "metrics": {k: round(v, 4) for k, v in res.aggregate.items()}, "minutes": round((time.time() - t0) / 60, 2)}
-            for name, res, t0 in rows]
+            for row, (name, res, t0) in zip(("bm25", "teacher"), rows)]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=str(SHARED / "data" / "scifact"))
-    ap.add_argument("--rows", default=DEFAULT_ROWS, help="student:method, comma-separated, run in this order")
-    ap.add_argument("--max-steps", type=int, default=300)
+    ap.add_argument("--rows", default=DEFAULT_ROWS,
+                    help="student:method[:steps], comma-separated, run in this order")
+    ap.add_argument("--max-steps", type=int, default=300, help="steps of a row that names none")
     ap.add_argument("--eval-steps", type=int, default=100)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--learning-rate", type=float, default=2e-5)
@@ -99,10 +101,11 @@ def main() -> int:
                "--max-length", str(a.max_length), "--negatives", "simans", "--simans-score-scale", "20",
                "--dev-queries", str(a.dev_queries), "--output", str(labels), "--overwrite"])
     for spec in a.rows.split(","):
-        student, method = spec.split(":")
+        student, method, *steps = spec.split(":")
+        max_steps = int(steps[0]) if steps else a.max_steps
         out = work / f"{dataset}-{student}-{method}"
         cmd = cli + ["adapt", "--data", str(data), "--model", str(MODELS[student]), "--method", method,
-                     "--labels", str(labels), "--max-steps", str(a.max_steps), "--eval-steps", str(a.eval_steps),
+                     "--labels", str(labels), "--max-steps", str(max_steps), "--eval-steps", str(a.eval_steps),
                      "--batch-size", str(a.batch_size), "--learning-rate", str(a.learning_rate),
                      "--output", str(out), "--overwrite"]
         if student == "minilm":
@@ -117,28 +120,33 @@ def main() -> int:
         budget = (f"{b['steps']} steps x batch {b['batch_size']}, lr {b['learning_rate']:g}, max length "
                   f"{b['max_length']}" + (f", {b['mlm_steps']} MLM steps" if b.get("mlm_steps") else ""))
         shown = "hf-dr adapt --data " + rel(data) + f" --model {rel(MODELS[student])} --method {method} " \
-            f"--labels {a.work}/labels-{dataset} --max-steps {a.max_steps} --eval-steps {a.eval_steps}" + \
+            f"--labels {a.work}/labels-{dataset} --max-steps {max_steps} --eval-steps {a.eval_steps}" + \
             (f" --max-length {a.max_length}" if student == "minilm" else " --kind sparse") + \
             (f" --mlm-steps {a.mlm_steps} --no-vocabulary" if method == "cai" else "")
-        rows = [{"table": "adapt", "dataset": dataset, "system": f"{NAMES[student]} zero-shot (max length {b['max_length']})",
+        last = m.get("last_checkpoint")
+        rows = [{"table": "adapt", "dataset": dataset, "row": f"{student}:zero-shot",
+                 "system": f"{NAMES[student]} zero-shot (max length {b['max_length']})",
                  "command": shown, "machine": machine(), "metrics": {k: round(v, 4) for k, v in m["before"].items()
                                                                      if k in ("ndcg@10", "recall@100")}},
-                {"table": "adapt", "dataset": dataset,
+                {"table": "adapt", "dataset": dataset, "row": f"{student}:{method}",
                  "system": f"{NAMES[student]} + hf-dr adapt --method {method} ({budget}; pseudo-dev picked step "
-                           f"{m['selected_step']})",
+                           f"{m['selected_step']}" + ("" if m.get("starting_model_is_candidate", True)
+                                                      else ", step 0 no candidate") + ")",
                  "command": shown, "machine": machine(),
                  "metrics": {**{k: round(v, 4) for k, v in m["after"].items() if k in ("ndcg@10", "recall@100")},
                              "p (t-test)": round(m["p_value"], 4),
+                             **({"last checkpoint nDCG@10": round(last["ndcg@10"], 4)} if last else {}),
                              # the training's own time (a cached re-run records the run that trained)
                              "train minutes": round(b["train_minutes"], 1)},
                  "dev": m["dev"], "selected_step": m["selected_step"], "below_zero_shot": m["below_zero_shot"],
+                 "starting_model_is_candidate": m.get("starting_model_is_candidate"), "last_checkpoint": last,
                  "budget": b}]
-        save_rows("adapt", rows)
+        save_rows("adapt", rows, merge_key=("table", "dataset", "row"))
         log(f"{spec}: before {m['before']['ndcg@10']:.4f} after {m['after']['ndcg@10']:.4f} p={m['p_value']:.3g} "
             f"selected step {m['selected_step']} (training {b['train_minutes']:.1f} min)")
     if not a.no_refs:
         log("reference rows: BM25, teacher")
-        save_rows("adapt", reference_rows(data, dataset, a.max_length))
+        save_rows("adapt", reference_rows(data, dataset, a.max_length), merge_key=("table", "dataset", "row"))
     return 0
 
 
