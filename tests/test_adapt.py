@@ -107,29 +107,37 @@ def test_adapt_end_to_end(first_run, tmp_path, capsys):
     assert (tmp_path / "repo" / "README.md").is_file()
 
 
+def _adapt_after_training(monkeypatch, capsys, hook, data, model, out):
+    """A FAST dodress run whose training stage ends with ``hook(record, trained_model)``."""
+    import hf_dr.adaptation.pipeline as pipeline
+
+    real = pipeline._train
+
+    def train(cfg, student, *args, **kwargs):
+        record = real(cfg, student, *args, **kwargs)
+        hook(record, student)
+        return record
+
+    monkeypatch.setattr(pipeline, "_train", train)
+    return _adapt(capsys, "--data", data, "--model", model, "--method", "dodress", "--output", out, *FAST)
+
+
 def test_training_never_touches_the_starting_model(split_data, tiny_bert_dir, tmp_path, monkeypatch, capsys):
     """Training works on a copy: the "before" row scores the starting model as loaded, even when
     training scrambles the weights of the model it was given."""
     import torch
 
-    import hf_dr.adaptation.pipeline as pipeline
     from hf_dr.data import load_beir
     from hf_dr.evaluation import evaluate
     from hf_dr.models import load_encoder
     from hf_dr.retrieval import EncoderRetriever
 
-    real = pipeline._train
-
-    def scrambling(cfg, model, *args, **kwargs):
-        record = real(cfg, model, *args, **kwargs)
+    def scrambling(record, model):
         with torch.no_grad():
             for p in model.parameters():
                 p.copy_(torch.randn_like(p))
-        return record
 
-    monkeypatch.setattr(pipeline, "_train", scrambling)
-    rc, _, err = _adapt(capsys, "--data", split_data, "--model", tiny_bert_dir, "--method", "dodress",
-                        "--output", tmp_path / "o", *FAST)
+    rc, _, err = _adapt_after_training(monkeypatch, capsys, scrambling, split_data, tiny_bert_dir, tmp_path / "o")
     assert rc == 0, err
     m = json.loads((tmp_path / "o" / "metrics.json").read_text())
     model = load_encoder(tiny_bert_dir)
@@ -317,18 +325,10 @@ def test_last_checkpoint_is_reported_when_selection_chose_another(split_data, ti
                                                                   capsys):
     """When the dev set picks an earlier step, the last checkpoint's test score is reported beside
     the selected one (how often selection saves a run is then countable)."""
-    import hf_dr.adaptation.pipeline as pipeline
-
-    real = pipeline._train
-
-    def early_best(cfg, model, *args, **kwargs):
-        record = real(cfg, model, *args, **kwargs)
+    def early_best(record, model):
         record["dev"] = {2: 2.0, 4: -1.0}  # step 2 best, the last step worst
-        return record
 
-    monkeypatch.setattr(pipeline, "_train", early_best)
-    rc, text, err = _adapt(capsys, "--data", split_data, "--model", tiny_bert_dir, "--method", "dodress",
-                           "--output", tmp_path / "o", *FAST)
+    rc, text, err = _adapt_after_training(monkeypatch, capsys, early_best, split_data, tiny_bert_dir, tmp_path / "o")
     assert rc == 0, err
     m = json.loads((tmp_path / "o" / "metrics.json").read_text())
     assert m["selected_step"] == 2
