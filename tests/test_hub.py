@@ -291,3 +291,30 @@ def test_built_wheel_ships_the_card_templates(tmp_path):
     templates = sorted(p.name for p in (repo / "model_cards").glob("*.md"))
     assert templates and all(f"hf_dr/templates/{t}" in names for t in templates)
     assert "hf_dr/models/splade/modeling_splade.py" in names
+
+
+@pytest.mark.parametrize("kind", ["splade", "berm"])
+def test_saved_model_loads_its_tokenizer_without_a_config_warning(kind, tiny_bert_dir, tmp_path):
+    """The tokenizer of a saved composite model is read with the backbone's config: transformers
+    does not try the model's own config.json as a plain config ("a model of type ... to
+    instantiate a model of type ``") on every load and every `hf-dr push`."""
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    from hf_dr.models.berm import BERMEncoder
+    from hf_dr.models.splade import SPLADECAI
+
+    cls = {"splade": SPLADECAI, "berm": BERMEncoder}[kind]
+    cls.from_backbone(str(tiny_bert_dir)).save_pretrained(tmp_path / "m")
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    root = hf_logging.get_logger()
+    root.addHandler(handler)
+    try:
+        model = cls.from_pretrained(tmp_path / "m")
+    finally:
+        root.removeHandler(handler)
+    assert model.tokenizer is not None and len(model.tokenizer) > 10
+    assert not [r for r in records if "model of type" in r.getMessage()]

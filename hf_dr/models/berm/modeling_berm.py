@@ -94,7 +94,8 @@ class BERMEncoder(EncoderMixin, PreTrainedModel):
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
         try:
-            model.tokenizer = AutoTokenizer.from_pretrained(pretrained_model_name_or_path, trust_remote_code=False)
+            model.tokenizer = AutoTokenizer.from_pretrained(pretrained_model_name_or_path, trust_remote_code=False,
+                                                            config=model.config.backbone_config)
         except (OSError, ValueError):
             model.tokenizer = None
         return model
