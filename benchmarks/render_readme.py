@@ -26,6 +26,9 @@ HEADLINE = [
     ("BM25 (bm25s, Snowball stemming)", "baselines", "BM25 (bm25s, stopwords, Snowball stemming)"),
     ("all-MiniLM-L6-v2, zero-shot", "baselines", "all-MiniLM-L6-v2 (mean pool, cosine)"),
     ("BM25 + all-MiniLM-L6-v2 (z-score fusion)", "baselines", "BM25 + MiniLM (z-score fusion)"),
+    ("all-MiniLM-L6-v2 + `hf-dr adapt` (pseudo-margin-mse, 500 CPU steps, no labels)", "adapt",
+     "all-MiniLM-L6-v2 + hf-dr adapt --method pseudo-margin-mse (500 steps x batch 8, lr 2e-05, max length 256; "
+     "pseudo-dev picked step 300, step 0 no candidate)"),
     ("splade-tiny, zero-shot", "splade_cai", "splade-tiny: SPLADE"),
     ("splade-tiny + target IDF (SPLADE-CAI, Eq. 6-7)", "splade_cai", "splade-tiny: SPLADE + IDF"),
     ("splade-tiny + BM25 (raw-score sum, Eq. 8-9)", "splade_cai", "splade-tiny: BM25 + SPLADE (raw sum)"),
