@@ -310,10 +310,7 @@ class RetrievalTrainer(Trainer):
             tok.save_pretrained(output_dir)
 
     def _load_weights(self, folder: str, model=None) -> None:
-        """Load a checkpoint's weights through the model's own loader: ``load_weights`` (plain
-        encoders), ``load_checkpoint_weights`` (e.g. DDR: the REM only, the frozen DAM stays), or
-        the safetensors file with tied / shared weights accounted for -- no spurious missing-key
-        reports; a real mismatch is an error."""
+        """Load a checkpoint's weights through the model's own loader (:func:`load_checkpoint_into`)."""
         load_checkpoint_into(self.accelerator.unwrap_model(model if model is not None else self.model), folder)
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):

@@ -605,8 +605,7 @@ def _train_ddr(cfg: AdaptConfig, model, texts, evaluator, dev_key: str, run_dir:
         say(f"dev: target DAM at step {step}: nDCG@10 = {dev[step]:.4f}")
     if dev:
         best = max(dev, key=lambda s: (dev[s], -s))
-        candidate.load_dam(str(run_dir / f"checkpoint-{best}"))
-        _save_model(candidate, run_dir / "selected")
+        _save_checkpoint_model(cfg, model, run_dir / f"checkpoint-{best}", run_dir / "selected")
     return {"dev": dev}
 
 
