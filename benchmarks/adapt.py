@@ -1,7 +1,11 @@
 """`hf-dr adapt` on a target corpus with training queries: does adaptation help, and at what CPU cost?
 
     python benchmarks/adapt.py                                   # SciFact, the default rows
-    python benchmarks/adapt.py --rows minilm:pseudo-margin-mse:500    # student:method[:steps]
+    python benchmarks/adapt.py --rows minilm:pseudo-margin-mse:500    # student:method[:steps][:flag=value...]
+    python benchmarks/adapt.py --rows splade-tiny:cai:300:mlm-steps=0:margin-scale=auto
+    python benchmarks/adapt.py --data ../shared/data/msmarco-trecdl2019 --train-fraction 0.5
+
+A row's ``flag=value`` parts are passed to `hf-dr adapt` as ``--flag value``.
 
 One labelled set per dataset (`hf-dr label`: its *train* queries, BM25 top-100 reranked by the
 z-score fusion of BM25 and all-MiniLM-L6-v2, SimANS negatives on the 20 x cosine scale, 20
@@ -12,6 +16,11 @@ nDCG@10 / R@100 before and after, the paired t-test, the checkpoint the pseudo-d
 the CPU budget (steps, batch, max length, minutes).
 Reference rows: BM25 and the teacher (BM25 top-100 reranked by the same fusion) on the test split.
 Work folders go under ``--work`` (default ``runs/adapt``); rows are saved as each finishes.
+
+A folder whose queries are all judged in ``qrels/test.tsv`` (TREC-DL, ArguAna) has no training
+queries: ``--train-fraction F`` writes a copy beside the work folders whose ``qrels/train.tsv``
+names a seeded F of the queries (their judgments are never read: `hf-dr adapt` takes only their
+ids) and whose ``qrels/test.tsv`` keeps the rest, the only queries evaluated.
 """
 
 from __future__ import annotations
@@ -74,6 +83,38 @@ def reference_rows(data_dir: Path, dataset: str, max_length: int) -> list[dict]:
             for row, (name, res, t0) in zip(("bm25", "teacher"), rows)]
 
 
+def split_queries(data: Path, work: Path, fraction: float, seed: int = 0) -> Path:
+    """A copy of ``data`` (corpus and queries linked) whose judged queries are split: a seeded
+    ``fraction`` in ``qrels/train.tsv`` (training queries), the rest in ``qrels/test.tsv``."""
+    import random
+
+    head, *rows = (data / "qrels" / "test.tsv").read_text().splitlines()
+    qids = sorted(dict.fromkeys(r.split("\t")[0] for r in rows))
+    random.Random(seed).shuffle(qids)
+    train = set(qids[:round(fraction * len(qids))])
+    if not train or len(train) == len(qids):
+        raise SystemExit(f"--train-fraction {fraction} leaves no training or no test query of {len(qids)}")
+    out = work / f"{data.name}-train{round(100 * fraction)}"
+    (out / "qrels").mkdir(parents=True, exist_ok=True)
+    for name in ("corpus.jsonl", "queries.jsonl"):
+        link = out / name
+        if not link.exists():
+            link.symlink_to((data / name).resolve())
+    for split, keep in (("train", True), ("test", False)):
+        lines = [r for r in rows if (r.split("\t")[0] in train) == keep]
+        (out / "qrels" / f"{split}.tsv").write_text("\n".join([head] + lines) + "\n")
+    log(f"{out.name}: {len(train)} training queries, {len(qids) - len(train)} test queries")
+    return out
+
+
+def parse_row(spec: str, default_steps: int) -> tuple[str, str, int, dict[str, str]]:
+    """``student:method[:steps][:flag=value...]`` -> (student, method, steps, {flag: value})."""
+    student, method, *rest = spec.split(":")
+    steps = int(rest.pop(0)) if rest and "=" not in rest[0] else default_steps
+    extra = dict(part.split("=", 1) for part in rest)
+    return student, method, steps, extra
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=str(SHARED / "data" / "scifact"))
@@ -90,10 +131,15 @@ def main() -> int:
     ap.add_argument("--mlm-steps", type=int, default=300, help="cai: continual MLM steps")
     ap.add_argument("--work", default="runs/adapt")
     ap.add_argument("--no-refs", action="store_true", help="skip the BM25 / teacher rows")
+    ap.add_argument("--train-fraction", type=float, default=None,
+                    help="for a folder without training queries: train on this seeded fraction of its judged "
+                         "queries, evaluate on the rest (a copy under --work; see the module docstring)")
     a = ap.parse_args()
     data = Path(a.data)
-    dataset = data.name
     work = (REPO / a.work).resolve() if not Path(a.work).is_absolute() else Path(a.work)
+    if a.train_fraction is not None:
+        data = split_queries(data, work, a.train_fraction)
+    dataset = data.name
     cli = [sys.executable, "-m", "hf_dr.cli"]
     labels = work / f"labels-{dataset}"
     # the label stages are cached (beside the output): a re-run redoes only what changed
@@ -101,9 +147,10 @@ def main() -> int:
                "--max-length", str(a.max_length), "--negatives", "simans", "--simans-score-scale", "20",
                "--dev-queries", str(a.dev_queries), "--output", str(labels), "--overwrite"])
     for spec in a.rows.split(","):
-        student, method, *steps = spec.split(":")
-        max_steps = int(steps[0]) if steps else a.max_steps
-        out = work / f"{dataset}-{student}-{method}"
+        student, method, max_steps, extra = parse_row(spec, a.max_steps)
+        if method == "cai":
+            extra = {"mlm-steps": str(a.mlm_steps), **extra}
+        out = work / "-".join([dataset, student, method] + [f"{k}{v}" for k, v in extra.items()])
         cmd = cli + ["adapt", "--data", str(data), "--model", str(MODELS[student]), "--method", method,
                      "--labels", str(labels), "--max-steps", str(max_steps), "--eval-steps", str(a.eval_steps),
                      "--batch-size", str(a.batch_size), "--learning-rate", str(a.learning_rate),
@@ -113,22 +160,25 @@ def main() -> int:
         else:  # splade-tiny is an MLM checkpoint: trained and searched as SPLADE
             cmd += ["--kind", "sparse"]
         if method == "cai":
-            cmd += ["--mlm-steps", str(a.mlm_steps), "--no-vocabulary"]
-        run(cmd)
+            cmd += ["--no-vocabulary"]
+        flags = [x for k, v in extra.items() for x in (f"--{k}", v)]
+        run(cmd + flags)
         m = json.loads((out / "metrics.json").read_text())
         b = m["budget"]
         budget = (f"{b['steps']} steps x batch {b['batch_size']}, lr {b['learning_rate']:g}, max length "
-                  f"{b['max_length']}" + (f", {b['mlm_steps']} MLM steps" if b.get("mlm_steps") else ""))
-        shown = "hf-dr adapt --data " + rel(data) + f" --model {rel(MODELS[student])} --method {method} " \
+                  f"{b['max_length']}" + (f", {b['mlm_steps']} MLM steps" if b.get("mlm_steps") is not None else "") +
+                  (f", margin scale {b['margin_scale']:.3g}" if b.get("margin_scale") is not None else ""))
+        shown = "hf-dr adapt --data " + (rel(data) if a.train_fraction is None else f"{a.work}/{dataset}") + \
+            f" --model {rel(MODELS[student])} --method {method} " \
             f"--labels {a.work}/labels-{dataset} --max-steps {max_steps} --eval-steps {a.eval_steps}" + \
             (f" --max-length {a.max_length}" if student == "minilm" else " --kind sparse") + \
-            (f" --mlm-steps {a.mlm_steps} --no-vocabulary" if method == "cai" else "")
+            (" --no-vocabulary" if method == "cai" else "") + "".join(f" {x}" for x in flags)
         last = m.get("last_checkpoint")
         rows = [{"table": "adapt", "dataset": dataset, "row": f"{student}:zero-shot",
                  "system": f"{NAMES[student]} zero-shot (max length {b['max_length']})",
                  "command": shown, "machine": machine(), "metrics": {k: round(v, 4) for k, v in m["before"].items()
                                                                      if k in ("ndcg@10", "recall@100")}},
-                {"table": "adapt", "dataset": dataset, "row": f"{student}:{method}",
+                {"table": "adapt", "dataset": dataset, "row": spec,
                  "system": f"{NAMES[student]} + hf-dr adapt --method {method} ({budget}; pseudo-dev picked step "
                            f"{m['selected_step']}" + ("" if m.get("starting_model_is_candidate", True)
                                                       else ", step 0 no candidate") + ")",

@@ -335,3 +335,75 @@ def test_last_checkpoint_is_reported_when_selection_chose_another(split_data, ti
     assert m["last_checkpoint"]["step"] == 4 and 0.0 <= m["last_checkpoint"]["ndcg@10"] <= 1.0
     assert "the last checkpoint (step 4, not selected) would score test nDCG@10" in text
     assert "the last\ncheckpoint, step 4, would have scored" in (tmp_path / "o" / "README.md").read_text()
+
+
+def test_calibrated_margin_scale_puts_student_margins_on_the_teachers_scale(tiny_bert_dir):
+    """``--margin-scale auto``: mean teacher margin / mean student margin on a sample of triplets;
+    a student that ranks the sampled negatives first has no scale to calibrate (the default then)."""
+    import numpy as np
+    from datasets import Dataset
+
+    from hf_dr.labeling.finetune import calibrate_margin_scale, default_scale
+    from hf_dr.models import load_encoder
+
+    model = load_encoder(str(tiny_bert_dir), kind="sparse")
+    words = ["cancer", "fever", "anemia", "obesity", "asthma", "scurvy", "malaria", "rickets"]
+    rows = [{"query": f"{w} cause", "pos": f"{w} cause {w}", "neg": f"{v} weather", "pos_score": 6.0 + i,
+             "neg_score": 1.0} for i, (w, v) in enumerate(zip(words, words[::-1]))]
+    q = model.encode_queries([r["query"] for r in rows], max_length=32)
+    margin = (np.asarray(q.multiply(model.encode_corpus([r["pos"] for r in rows], max_length=32)).sum(1)) -
+              np.asarray(q.multiply(model.encode_corpus([r["neg"] for r in rows], max_length=32)).sum(1))).mean()
+    assert margin > 0
+    teacher = np.mean([r["pos_score"] - r["neg_score"] for r in rows])
+    scale = calibrate_margin_scale(model, Dataset.from_list(rows), max_length=32)
+    assert scale == pytest.approx(teacher / margin, rel=1e-5)
+    doubled = [{**r, "pos_score": 2 * r["pos_score"], "neg_score": 2 * r["neg_score"]} for r in rows]
+    assert calibrate_margin_scale(model, Dataset.from_list(doubled), max_length=32) == pytest.approx(2 * scale, rel=1e-5)
+    swapped = [{**r, "pos": r["neg"], "neg": r["pos"]} for r in rows]
+    assert calibrate_margin_scale(model, Dataset.from_list(swapped), max_length=32) == default_scale(model)
+
+
+def test_cai_without_mlm_trains_without_idf_and_outputs_with_it(first_run, split_data, tiny_bert_dir, tmp_path,
+                                                                 capsys, monkeypatch):
+    """``--method cai --mlm-steps 0``: IDF fitted on the target corpus, off while training
+    (Margin-MSE on the teacher's scores, calibrated), on in the output model."""
+    from hf_dr.models.splade import SPLADECAI
+    from hf_dr.objectives import SpladeObjective
+
+    seen = []
+    real = SpladeObjective.__call__
+
+    def spy(self, model, inputs):
+        seen.append((bool(model.config.use_idf), "teacher_scores" in inputs, self.scale))
+        return real(self, model, inputs)
+
+    monkeypatch.setattr(SpladeObjective, "__call__", spy)
+    _, work, _ = first_run
+    out = tmp_path / "out"
+    rc, text, err = _adapt(capsys, "--data", split_data, "--model", tiny_bert_dir, "--method", "cai",
+                           "--labels", work / "labels", "--output", out, "--max-steps", "2", "--eval-steps", "1",
+                           "--max-length", "32", "--batch-size", "4", "--learning-rate", "1e-3", "--mlm-steps", "0",
+                           "--no-vocabulary", "--margin-scale", "auto")
+    assert rc == 0, err
+    assert "cai: IDF on the target corpus" in text and "continual MLM" not in text
+    assert "train: margin scale" in text
+    assert seen and all(not idf and has_teacher for idf, has_teacher, _ in seen)
+    assert len({scale for *_, scale in seen}) == 1 and seen[0][2] != 1.0
+    import torch
+
+    # the trained weights chosen on the dev set, as the method outputs them (OUT/model when they beat step 0)
+    selected, = (tmp_path / ".out.work").glob("train-cai-*/selected")
+    model = SPLADECAI.from_pretrained(selected)
+    assert model.config.use_idf and not torch.allclose(model.idf, torch.ones_like(model.idf))
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["cai"]["mlm_steps"] == 0 and m["cai"]["idf"]
+    assert SPLADECAI.from_pretrained(out / "model").config.use_idf == (not m["kept_starting_model"])
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "big"])
+def test_margin_scale_refuses_non_positive_values(value, split_data, tiny_bert_dir, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["adapt", "--data", str(split_data), "--model", str(tiny_bert_dir), "--method", "pseudo-margin-mse",
+              "--output", str(tmp_path / "o"), "--margin-scale", value])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "'auto' or a positive number" in err and "Traceback" not in err

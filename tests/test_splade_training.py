@@ -61,6 +61,24 @@ ROWS = [{"query": f"what causes {w}", "pos": f"{w} is caused by {v} in cells", "
                                             ("obesity", "diet"), ("asthma", "allergy"), ("scurvy", "vitamin c")]]
 
 
+def test_margin_mse_scale_multiplies_the_student_scores(tiny_bert_dir):
+    """With teacher scores, ``scale`` puts the student's scores on the teacher's scale before the
+    margins are matched (what ``--margin-scale`` sets); the FLOPS term is untouched by it."""
+    torch.manual_seed(0)
+    model = SPLADECAI.from_backbone(str(tiny_bert_dir))
+    model.eval()
+    batch = RetrievalCollator(model.tokenizer, 16, 32)(ROWS)
+    with torch.no_grad():
+        q = model(batch["query_input_ids"], batch["query_attention_mask"], is_query=True)
+        d = model(batch["doc_input_ids"], batch["doc_attention_mask"]).view(len(ROWS), 2, -1)
+        s = torch.einsum("bv,bgv->bg", q, d)
+        t = batch["teacher_scores"]
+        for scale in (1.0, 0.25):
+            obj = SpladeObjective(warmup_steps=0, lambda_q=0.0, lambda_d=0.0, scale=scale)
+            loss = obj(model, batch)[1]["rank_loss"]
+            assert torch.isclose(loss, margin_mse_loss(scale * s[:, 0], scale * s[:, 1], t[:, 0], t[:, 1]))
+
+
 @pytest.mark.parametrize("with_teacher", [True, False])
 def test_training_lowers_loss_and_keeps_vectors_sparse(tiny_bert_dir, tmp_path, with_teacher):
     torch.manual_seed(0)

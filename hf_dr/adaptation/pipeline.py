@@ -90,6 +90,7 @@ class AdaptConfig:
     expand_vocabulary: bool = True
     delta_v: int = 3000
     rem: str | None = None
+    margin_scale: float | str | None = None  # Margin-MSE: None = default_scale, "auto" = calibrated, or a factor
     labels: str | None = None
     seed: int = 0
     overwrite: bool = False
@@ -141,9 +142,11 @@ def check_config(cfg: AdaptConfig) -> None:
                          "(use --split train)")
     if cfg.method == "ddr":
         _ddr_rem(cfg)
-    for name in ("max_steps", "batch_size", "dev_queries", "k", "m", "bm25_top", "mlm_steps"):
+    for name in ("max_steps", "batch_size", "dev_queries", "k", "m", "bm25_top"):
         if getattr(cfg, name) < 1:
             raise AdaptError(f"--{name.replace('_', '-')} must be at least 1")
+    if cfg.mlm_steps < 0:
+        raise AdaptError("--mlm-steps must be at least 0 (0: no continual MLM)")
     if cfg.eval_steps is not None and cfg.eval_steps < 1:
         raise AdaptError("--eval-steps must be at least 1")
     if cfg.labels is None:
@@ -351,7 +354,7 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
     train_params = {"method": cfg.method, "init": init_fp,
                     "labels": labels_key if cfg.method != "ddr" else {"dev": labels_key["dev"]}, "max_steps": cfg.max_steps,
                     "batch_size": cfg.batch_size, "lr": cfg.learning_rate, "max_length": max_length,
-                    "eval_steps": _eval_steps(cfg), "seed": cfg.seed}
+                    "eval_steps": _eval_steps(cfg), "seed": cfg.seed, "margin_scale": cfg.margin_scale}
     run_dir = work / f"train-{cfg.method}-{_digest(train_params)}"
     done = run_dir / "DONE.json"
     if done.is_file():
@@ -446,6 +449,7 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
         "budget": {"steps": cfg.max_steps, "eval_steps": _eval_steps(cfg), "batch_size": cfg.batch_size,
                    "learning_rate": cfg.learning_rate, "max_length": max_length,
                    "mlm_steps": cfg.mlm_steps if cfg.method == "cai" else None,
+                   "margin_scale": record.get("margin_scale"),
                    "label_minutes": round(label_minutes, 2), "train_minutes": train_minutes,
                    "minutes": round((time.time() - t_start) / 60, 2)},
         "label_stats": {k: label_stats.get(k) for k in ("train_queries", "dev_queries", "triplets", "dev_rows",
@@ -495,19 +499,37 @@ def _cai_backbone(cfg: AdaptConfig, data, work: Path, max_length: int, say, stag
     check_model(cfg.model, kind="sparse")
     d = work / f"cai-{_digest(params)}"
     fresh = not (d / "report.json").is_file()
-    say(f"cai: {'vocabulary expansion + ' if cfg.expand_vocabulary else ''}continual MLM ({cfg.mlm_steps} steps) "
-        f"+ IDF on the target corpus" if fresh else f"cai: cached ({d.name})")
+    say(f"cai: {'vocabulary expansion + ' if cfg.expand_vocabulary else ''}"
+        f"{f'continual MLM ({cfg.mlm_steps} steps) + ' if cfg.mlm_steps else ''}IDF on the target corpus"
+        if fresh else f"cai: cached ({d.name})")
     report = run_cai(CAIArguments(backbone=str(cfg.model), target_data=str(cfg.data), source_data="",
                                   output_dir=str(d), target_split=None, expand_vocabulary=cfg.expand_vocabulary,
-                                  delta_v=cfg.delta_v, mlm_steps=cfg.mlm_steps, mlm_batch_size=cfg.batch_size,
+                                  delta_v=cfg.delta_v, continual_mlm=cfg.mlm_steps > 0,
+                                  mlm_steps=max(1, cfg.mlm_steps), mlm_batch_size=cfg.batch_size,
                                   mlm_max_length=max_length, train_splade=False, evaluate=False, seed=cfg.seed)) \
         if fresh else json.loads((d / "report.json").read_text())
     stages["cai"] = "computed" if fresh else "cached"
     model = SPLADECAI.from_pretrained(report["model_dir"])
     _set_max_length(model, max_length)
+    model.config.use_idf = False  # fitted; switched on in the trained model (_as_output), never while training
     vocab = report.get("vocabulary") or {}
     return model, {"vocabulary_added": vocab.get("added"), "vocabulary_size": vocab.get("final"),
                    "mlm_steps": cfg.mlm_steps, "idf": True}
+
+
+def _margin_scale(cfg: AdaptConfig, model, train, max_length: int, say) -> float:
+    """Margin-MSE's factor on the student's scores: ``--margin-scale`` as given, ``auto``
+    (:func:`~hf_dr.labeling.finetune.calibrate_margin_scale`: the student's margins put on the
+    teacher's scale), or by default :func:`~hf_dr.labeling.finetune.default_scale`."""
+    from ..labeling.finetune import calibrate_margin_scale, default_scale
+
+    if cfg.margin_scale is None:
+        return default_scale(model)
+    if cfg.margin_scale == "auto":
+        scale = calibrate_margin_scale(model, train, seed=cfg.seed, batch_size=cfg.batch_size, max_length=max_length)
+        say(f"train: margin scale {scale:.3g} (mean teacher margin / mean student margin on 256 training triplets)")
+        return scale
+    return float(cfg.margin_scale)
 
 
 def _train(cfg: AdaptConfig, model, train, dev, run_dir: Path, max_length: int, say, cache) -> dict:
@@ -518,6 +540,7 @@ def _train(cfg: AdaptConfig, model, train, dev, run_dir: Path, max_length: int, 
     from ..training import last_complete_checkpoint, quiet_progress_bars
 
     kwargs: dict = {}
+    scale = None  # Margin-MSE's factor on the student's scores (recorded)
     if cfg.method == "dodress":
         from ..objectives import RankNetObjective
 
@@ -525,11 +548,15 @@ def _train(cfg: AdaptConfig, model, train, dev, run_dir: Path, max_length: int, 
     elif cfg.method == "pseudo-margin-mse":
         from ..objectives import MarginMSEObjective
 
-        kwargs.update(objective=MarginMSEObjective(scale=default_scale(model)), teacher_scores=True)
+        scale = _margin_scale(cfg, model, train, max_length, say)
+        kwargs.update(objective=MarginMSEObjective(scale=scale), teacher_scores=True)
     elif cfg.method == "cai":
         from ..objectives import SpladeObjective
 
-        kwargs["objective"] = SpladeObjective(warmup_steps=max(1, cfg.max_steps // 3))
+        # the paper's SPLADE loss (Margin-MSE on the teacher's scores) + FLOPS, documents without IDF
+        scale = _margin_scale(cfg, model, train, max_length, say)
+        kwargs.update(objective=SpladeObjective(warmup_steps=max(1, cfg.max_steps // 3), scale=scale),
+                      teacher_scores=True)
     elif cfg.method == "berm":
         from ..data import UnitCollator
         from ..data.units import annotate_units
@@ -559,8 +586,8 @@ def _train(cfg: AdaptConfig, model, train, dev, run_dir: Path, max_length: int, 
     model.eval()
     dev_scores = {int(e["step"]): float(e["eval_ndcg@10"]) for e in trainer.state.log_history if "eval_ndcg@10" in e}
     if dev_scores:  # the best checkpoint is loaded at the end of training
-        _save_model(model, run_dir / "selected")
-    return {"dev": dev_scores,
+        _save_model(_as_output(cfg, model), run_dir / "selected")
+    return {"dev": dev_scores, "margin_scale": scale,
             "best_checkpoint": Path(trainer.state.best_model_checkpoint).name
             if trainer.state.best_model_checkpoint else None}
 
@@ -619,7 +646,16 @@ def _save_checkpoint_model(cfg: AdaptConfig, init, checkpoint: Path, folder: Pat
         model.load_dam(str(checkpoint))
     else:
         load_checkpoint_into(model, checkpoint)
-    _save_model(model, folder)
+    _save_model(_as_output(cfg, model), folder)
+
+
+def _as_output(cfg: AdaptConfig, model):
+    """A trained model as the method outputs it: ``cai`` switches on the IDF document weighting
+    (papers/003 Eq. 7, fitted on the target corpus before training and kept off while training and
+    on the dev set: the weighting applies at search time)."""
+    if cfg.method == "cai":
+        model.config.use_idf = True
+    return model
 
 
 def _evaluate_cached(cache, model, test, batch_size: int) -> dict:

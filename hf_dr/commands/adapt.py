@@ -52,10 +52,30 @@ def register(sub) -> None:
     p.add_argument("--delta-v", type=positive_int, default=3000, help="cai: vocabulary increment per iteration")
     p.add_argument("--rem", default=None, help="ddr: the REM the target DAM is made for, when --model cannot say "
                    "so (a Hub id); a REM folder is given as --model")
+    p.add_argument("--margin-scale", type=margin_scale, default=None, metavar="auto|FACTOR",
+                   help="Margin-MSE (pseudo-margin-mse, cai): factor on the student's scores before their margins are "
+                        "matched to the teacher's; auto = mean teacher margin / mean student margin on 256 training "
+                        "triplets (default: 20 for cosine students, 1 for dot-product ones)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work-dir", default=None, help="stage cache and checkpoints (default: .OUTPUT.work beside it)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output once the new one is complete")
     p.set_defaults(func=run)
+
+
+def margin_scale(text: str):
+    """``auto`` or a positive finite factor (an argparse type)."""
+    import argparse
+    import math
+
+    if text == "auto":
+        return text
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: 'auto' or a positive number")
+    return v
 
 
 def run(args) -> int:
@@ -71,7 +91,7 @@ def run(args) -> int:
                       negatives=args.negatives, k=args.k, m=args.m, bm25_top=args.bm25_top,
                       max_queries=args.max_queries, teacher=args.teacher, dense_teacher=args.dense_teacher,
                       mlm_steps=args.mlm_steps, expand_vocabulary=not args.no_vocabulary, delta_v=args.delta_v,
-                      rem=args.rem, labels=args.labels, seed=args.seed, overwrite=args.overwrite,
+                      rem=args.rem, margin_scale=args.margin_scale, labels=args.labels, seed=args.seed, overwrite=args.overwrite,
                       work_dir=args.work_dir, command=command)
     try:
         res = adapt(cfg, progress=print)

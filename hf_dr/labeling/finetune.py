@@ -15,7 +15,7 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["train_ranknet", "train_on_pseudo_labels", "with_teacher_scores", "default_scale"]
+__all__ = ["train_ranknet", "train_on_pseudo_labels", "with_teacher_scores", "default_scale", "calibrate_margin_scale"]
 
 
 def default_scale(model) -> float:
@@ -25,6 +25,42 @@ def default_scale(model) -> float:
     if normalized is None:
         normalized = str(getattr(getattr(model, "config", None), "similarity", "dot")).lower() in ("cos", "cosine")
     return 20.0 if normalized else 1.0
+
+
+def calibrate_margin_scale(model, train, n: int = 256, seed: int = 0, batch_size: int = 32,
+                           max_length: int | None = None) -> float:
+    """The factor that puts the student's score margins on the teacher's scale: mean teacher margin
+    (``pos_score - neg_score``) / mean student margin over ``n`` training triplets (a seeded
+    sample), for Margin-MSE (``MarginMSEObjective(scale=...)``). Margin-MSE matches margins in
+    absolute units: a student whose margins are 2x the teacher's (SPLADE's dot products against
+    z-score fusion) otherwise spends its first steps shrinking every weight instead of reordering
+    documents, and a cosine student (margins in [-2, 2]) widening them. Falls back to
+    :func:`default_scale` when the sample's mean student margin is not positive (a student that
+    ranks the sampled negatives above the positives has no scale to calibrate).
+    """
+    import numpy as np
+
+    train = with_teacher_scores(train)
+    rows = train.shuffle(seed=seed).select(range(min(n, len(train))))
+    teacher = np.array([s[0] - s[1] for s in rows["scores"]], dtype=np.float64)
+    kw = {"batch_size": batch_size, "show_progress_bar": False}
+    if max_length is not None:
+        kw["max_length"] = max_length
+    was_training = getattr(model, "training", False)
+    model.eval()
+    q = model.encode_queries(list(rows["query"]), **kw)
+    margins = []
+    for col in ("pos", "neg"):
+        d = model.encode_corpus(list(rows[col]), **kw)
+        if hasattr(d, "tocsr"):  # SPLADE vectors: row-wise products, never densified
+            margins.append(np.asarray(q.tocsr().multiply(d.tocsr()).sum(axis=1), dtype=np.float64).ravel())
+        else:
+            margins.append((np.asarray(q, dtype=np.float64) * np.asarray(d, dtype=np.float64)).sum(axis=1))
+    model.train(was_training)
+    student = float(np.mean(margins[0] - margins[1]))
+    if not (np.isfinite(student) and student > 0):
+        return default_scale(model)
+    return float(np.mean(teacher) / student)
 
 
 def train_ranknet(model, train, output_dir: str | Path, dev=None, *, scale: float | None = None,

@@ -29,7 +29,10 @@ class SpladeObjective:
     """``L = L_rank + w(t) * (lambda_q * FLOPS(Q) + lambda_d * FLOPS(D))``.
 
     ``L_rank`` is Margin-MSE against ``inputs["teacher_scores"]`` (the paper's choice) when
-    the batch has teacher scores, else in-batch + hard-negative contrastive loss.
+    the batch has teacher scores, else in-batch + hard-negative contrastive loss; ``scale``
+    multiplies the student's scores in both (the inverse temperature of the contrastive loss; the
+    factor that puts the margins on the teacher's scale, see
+    :func:`hf_dr.labeling.finetune.calibrate_margin_scale`).
     ``w(t) = min(1, (t / warmup_steps)^2)``: the quadratic warm-up of SPLADE's training,
     which keeps the regulariser from collapsing the vectors to zero before they learn to rank.
     Logs the mean number of active (non-zero) dimensions of queries and documents.
@@ -56,7 +59,7 @@ class SpladeObjective:
         group = d.shape[0] // B
         if "teacher_scores" in inputs:
             dg = d.view(B, group, -1)
-            s = torch.einsum("bv,bgv->bg", q, dg)
+            s = self.scale * torch.einsum("bv,bgv->bg", q, dg)
             t = inputs["teacher_scores"].to(s.dtype)
             m = group - 1
             rank = margin_mse_loss(s[:, :1].expand(-1, m).reshape(-1), s[:, 1:].reshape(-1),
