@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ..cli import finite_float, positive_int
+from ..cli import finite_float, non_negative_int, positive_int
 
 
 def register(sub) -> None:
@@ -46,14 +46,14 @@ def register(sub) -> None:
     p.add_argument("--teacher", default="fusion", help="fusion | cross-encoder:ID | monot5:ID (default fusion)")
     p.add_argument("--dense-teacher", default=None,
                    help="the dense model of the fusion teacher and SimANS (default: --model when it is dense)")
-    p.add_argument("--mlm-steps", type=positive_int, default=1000,
-                   help="cai: continual MLM steps (ddr's training is the MLM: --max-steps)")
+    p.add_argument("--mlm-steps", type=non_negative_int, default=1000,
+                   help="cai: continual MLM steps (0: none; ddr's training is the MLM: --max-steps)")
     p.add_argument("--no-vocabulary", action="store_true", help="cai: skip the AdaLM vocabulary expansion")
     p.add_argument("--delta-v", type=positive_int, default=3000, help="cai: vocabulary increment per iteration")
     p.add_argument("--rem", default=None, help="ddr: the REM the target DAM is made for, when --model cannot say "
                    "so (a Hub id); a REM folder is given as --model")
     p.add_argument("--margin-scale", type=margin_scale, default=None, metavar="auto|FACTOR",
-                   help="Margin-MSE (pseudo-margin-mse, cai): factor on the student's scores before their margins are "
+                   help="pseudo-margin-mse: factor on the student's scores before their margins are "
                         "matched to the teacher's; auto = mean teacher margin / mean student margin on 256 training "
                         "triplets (default: 20 for cosine students, 1 for dot-product ones)")
     p.add_argument("--seed", type=int, default=0)
