@@ -31,6 +31,9 @@ HEADLINE = [
      "pseudo-dev picked step 300, step 0 no candidate)"),
     ("splade-tiny, zero-shot", "splade_cai", "splade-tiny: SPLADE"),
     ("splade-tiny + target IDF (SPLADE-CAI, Eq. 6-7)", "splade_cai", "splade-tiny: SPLADE + IDF"),
+    ("splade-tiny + `hf-dr adapt` (cai: SPLADE training on pseudo-labels + IDF, 300 CPU steps, no labels)", "adapt",
+     "splade-tiny + hf-dr adapt --method cai (300 steps x batch 8, lr 0.0001, max length 256, 0 MLM steps; "
+     "pseudo-dev picked step 300)"),
     ("splade-tiny + BM25 (raw-score sum, Eq. 8-9)", "splade_cai", "splade-tiny: BM25 + SPLADE (raw sum)"),
     ("MiniLM + contrastive on TREC-DL (max length 128)", "berm", "MiniLM + contrastive (baseline)"),
     ("MiniLM + contrastive + BERM (max length 128)", "berm", "MiniLM + contrastive + BERM"),

@@ -252,6 +252,7 @@ def test_margin_mse_needs_teacher_scores():
     (["--method", "ddr"], "not a REM"),
     (["--method", "dodress", "--split", "test"], "test split is for evaluation only"),
     (["--method", "ddr", "--rem", "REM"], "give the REM once"),
+    (["--method", "dodress", "--margin-scale", "auto"], "applies to --method pseudo-margin-mse"),
 ])
 def test_refusals(args, message, split_data, tiny_bert_dir, tmp_path, capsys):
     rc, _, err = _adapt(capsys, "--data", split_data, "--model", tiny_bert_dir, "--output", tmp_path / "o",

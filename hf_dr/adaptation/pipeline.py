@@ -146,6 +146,9 @@ def check_config(cfg: AdaptConfig) -> None:
     for name in ("max_steps", "batch_size", "dev_queries", "k", "m", "bm25_top"):
         if getattr(cfg, name) < 1:
             raise AdaptError(f"--{name.replace('_', '-')} must be at least 1")
+    if cfg.margin_scale is not None and cfg.method != "pseudo-margin-mse":
+        raise AdaptError(f"--margin-scale sets Margin-MSE's factor: it applies to --method pseudo-margin-mse, "
+                         f"not {cfg.method}")
     if cfg.mlm_steps < 0:
         raise AdaptError("--mlm-steps must be at least 0 (0: no continual MLM)")
     if cfg.eval_steps is not None and cfg.eval_steps < 1:
@@ -355,7 +358,8 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
     train_params = {"method": cfg.method, "init": init_fp,
                     "labels": labels_key if cfg.method != "ddr" else {"dev": labels_key["dev"]}, "max_steps": cfg.max_steps,
                     "batch_size": cfg.batch_size, "lr": cfg.learning_rate, "max_length": max_length,
-                    "eval_steps": _eval_steps(cfg), "seed": cfg.seed, "margin_scale": cfg.margin_scale}
+                    "eval_steps": _eval_steps(cfg), "seed": cfg.seed,
+                    **({"margin_scale": cfg.margin_scale} if cfg.method == "pseudo-margin-mse" else {})}
     run_dir = work / f"train-{cfg.method}-{_digest(train_params)}"
     done = run_dir / "DONE.json"
     if done.is_file():
