@@ -38,7 +38,8 @@ from common import SHARED, command_line, machine, save_rows  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 MODELS = {"minilm": SHARED / "models" / "all-MiniLM-L6-v2", "splade-tiny": SHARED / "models" / "splade-tiny"}
 NAMES = {"minilm": "all-MiniLM-L6-v2", "splade-tiny": "splade-tiny"}
-DEFAULT_ROWS = "minilm:pseudo-margin-mse:500,splade-tiny:pseudo-margin-mse:300,splade-tiny:cai:300,minilm:dodress:300"
+DEFAULT_ROWS = ("minilm:pseudo-margin-mse:500,splade-tiny:pseudo-margin-mse:300,"
+                "splade-tiny:cai:300:mlm-steps=0:learning-rate=1e-4,minilm:dodress:300,minilm:berm:200")
 
 
 def log(msg: str) -> None:
