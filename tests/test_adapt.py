@@ -368,6 +368,8 @@ def test_cai_without_mlm_trains_without_idf_and_outputs_with_it(first_run, split
                                                                  capsys, monkeypatch):
     """``--method cai --mlm-steps 0``: IDF fitted on the target corpus, off while training (the
     paper's target-supervision setting: contrastive, small FLOPS weights), on in the output model."""
+    import torch
+
     from hf_dr.models.splade import SPLADECAI
     from hf_dr.objectives import SpladeObjective
 
@@ -388,7 +390,6 @@ def test_cai_without_mlm_trains_without_idf_and_outputs_with_it(first_run, split
     assert rc == 0, err
     assert "cai: IDF on the target corpus" in text and "continual MLM" not in text
     assert seen and set(seen) == {(False, False, 0.0006, 0.0008)}
-    import torch
 
     # the trained weights chosen on the dev set, as the method outputs them (OUT/model when they beat step 0)
     selected, = (tmp_path / ".out.work").glob("train-cai-*/selected")

@@ -40,24 +40,20 @@ def calibrate_margin_scale(model, train, n: int = 256, seed: int = 0, batch_size
     """
     import numpy as np
 
+    from ..evaluation import RerankEvaluator
+
     train = with_teacher_scores(train)
     rows = train.shuffle(seed=seed).select(range(min(n, len(train))))
     teacher = np.array([s[0] - s[1] for s in rows["scores"]], dtype=np.float64)
-    kw = {"batch_size": batch_size, "show_progress_bar": False}
-    if max_length is not None:
-        kw["max_length"] = max_length
+    # every (query, pos) and (query, neg) pair scored by the one pair-scoring path of the dev set
+    pairs = [{"query_id": str(i), "query": r["query"], "doc_id": f"{col}{i}", "doc": r[col], "label": 0}
+             for i, r in enumerate(rows) for col in ("pos", "neg")]
     was_training = getattr(model, "training", False)
     model.eval()
-    q = model.encode_queries(list(rows["query"]), **kw)
-    margins = []
-    for col in ("pos", "neg"):
-        d = model.encode_corpus(list(rows[col]), **kw)
-        if hasattr(d, "tocsr"):  # SPLADE vectors: row-wise products, never densified
-            margins.append(np.asarray(q.tocsr().multiply(d.tocsr()).sum(axis=1), dtype=np.float64).ravel())
-        else:
-            margins.append((np.asarray(q, dtype=np.float64) * np.asarray(d, dtype=np.float64)).sum(axis=1))
+    scores = RerankEvaluator(pairs, batch_size=batch_size, max_length=max_length).run(model)
     model.train(was_training)
-    student = float(np.mean(margins[0] - margins[1]))
+    margins = np.array([scores[str(i)][f"pos{i}"] - scores[str(i)][f"neg{i}"] for i in range(len(rows))])
+    student = float(np.mean(margins))
     if not (np.isfinite(student) and student > 0):
         return default_scale(model)
     return float(np.mean(teacher) / student)
