@@ -4,6 +4,7 @@
     python benchmarks/adapt.py --rows minilm:pseudo-margin-mse:500    # student:method[:steps][:flag=value...]
     python benchmarks/adapt.py --rows splade-tiny:cai:300:mlm-steps=0:margin-scale=auto
     python benchmarks/adapt.py --data ../shared/data/msmarco-trecdl2019 --train-fraction 0.5
+    python benchmarks/adapt.py --rows ddr-rem:ddr:300             # DDR: a target DAM for a source-trained REM
 
 A row's ``flag=value`` parts are passed to `hf-dr adapt` as ``--flag value``.
 
@@ -14,6 +15,11 @@ row (student x method), each a separate process, one at a time. Every row record
 nDCG@10 / R@100 before and after, the paired t-test, the checkpoint the pseudo-dev set picked
 (step 0 = the starting model kept), the last checkpoint's test score when another was picked, and
 the CPU budget (steps, batch, max length, minutes).
+The ``ddr-rem`` student is a DDR REM trained on a source domain, built first (skipped when it
+exists) by ``benchmarks/ddr_grid.py`` in ``WORK/ddr``: its miniature setting (all-MiniLM-L6-v2, a
+source DAM by 60 MLM steps on the TREC-DL 2019 passages, the REM trained for 0.3 epoch on their
+graded judgments, documents cut at 128 tokens; docs/ddr.md). Its zero-shot row is that REM on its
+source DAM; `--method ddr` gives it a target DAM.
 Reference rows: BM25 and the teacher (BM25 top-100 reranked by the same fusion) on the test split.
 Work folders go under ``--work`` (default ``runs/adapt``); rows are saved as each finishes.
 
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -37,7 +44,11 @@ from common import SHARED, command_line, machine, save_rows  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = {"minilm": SHARED / "models" / "all-MiniLM-L6-v2", "splade-tiny": SHARED / "models" / "splade-tiny"}
-NAMES = {"minilm": "all-MiniLM-L6-v2", "splade-tiny": "splade-tiny"}
+NAMES = {"minilm": "all-MiniLM-L6-v2", "splade-tiny": "splade-tiny",
+         "ddr-rem": "DDR REM (all-MiniLM-L6-v2; source DAM + REM on TREC-DL 2019)"}
+# ddr_grid.py's miniature, building only the source DAM and the REM trained on it
+DDR_REM_BUILD = ["benchmarks/ddr_grid.py", "--targets", "", "--systems", "DDR (source DAM)",
+                 "--mlm_steps", "60", "--rem_epochs", "0.3"]
 DEFAULT_ROWS = ("minilm:pseudo-margin-mse:500,splade-tiny:pseudo-margin-mse:300,"
                 "splade-tiny:cai:300:mlm-steps=0:learning-rate=1e-4,minilm:dodress:300,minilm:berm:200")
 
@@ -143,12 +154,17 @@ def main() -> int:
     dataset = data.name
     cli = [sys.executable, "-m", "hf_dr.cli"]
     labels = work / f"labels-{dataset}"
+    specs = [parse_row(spec, a.max_steps) + (spec,) for spec in a.rows.split(",")]
+    build_rem = ""
+    if any(student == "ddr-rem" for student, *_ in specs):
+        run([sys.executable] + DDR_REM_BUILD + ["--work_dir", str(work / "ddr")])
+        MODELS["ddr-rem"] = work / "ddr" / "rem"
+        build_rem = shlex.join(["python", *DDR_REM_BUILD, "--work_dir", f"{a.work}/ddr"]) + " && "
     # the label stages are cached (beside the output): a re-run redoes only what changed
     run(cli + ["label", "--data", str(data), "--split", "train", "--dense-model", str(MODELS["minilm"]),
                "--max-length", str(a.max_length), "--negatives", "simans", "--simans-score-scale", "20",
                "--dev-queries", str(a.dev_queries), "--output", str(labels), "--overwrite"])
-    for spec in a.rows.split(","):
-        student, method, max_steps, extra = parse_row(spec, a.max_steps)
+    for student, method, max_steps, extra, spec in specs:
         if method == "cai":
             extra = {"mlm-steps": str(a.mlm_steps), **extra}
         out = work / "-".join([dataset, student, method] + [f"{k}{v}" for k, v in extra.items()])
@@ -158,6 +174,8 @@ def main() -> int:
                      "--output", str(out), "--overwrite"]
         if student == "minilm":
             cmd += ["--max-length", str(a.max_length)]
+        elif student == "ddr-rem":  # a REM: trained and searched at its own lengths (ddr_grid's)
+            pass
         else:  # splade-tiny is an MLM checkpoint: trained and searched as SPLADE
             cmd += ["--kind", "sparse"]
         if method == "cai":
@@ -169,10 +187,10 @@ def main() -> int:
         budget = (f"{b['steps']} steps x batch {b['batch_size']}, lr {b['learning_rate']:g}, max length "
                   f"{b['max_length']}" + (f", {b['mlm_steps']} MLM steps" if b.get("mlm_steps") is not None else "") +
                   (f", margin scale {b['margin_scale']:.3g}" if b.get("margin_scale") is not None else ""))
-        shown = "hf-dr adapt --data " + (rel(data) if a.train_fraction is None else f"{a.work}/{dataset}") + \
-            f" --model {rel(MODELS[student])} --method {method} " \
+        shown = build_rem * (student == "ddr-rem") + "hf-dr adapt --data " + (rel(data) if a.train_fraction is None else f"{a.work}/{dataset}") + \
+            f" --model {rel(MODELS[student]) if student != 'ddr-rem' else a.work + '/ddr/rem'} --method {method} " \
             f"--labels {a.work}/labels-{dataset} --max-steps {max_steps} --eval-steps {a.eval_steps}" + \
-            (f" --max-length {a.max_length}" if student == "minilm" else " --kind sparse") + \
+            {"minilm": f" --max-length {a.max_length}", "splade-tiny": " --kind sparse"}.get(student, "") + \
             (" --no-vocabulary" if method == "cai" else "") + "".join(f" {x}" for x in flags)
         last = m.get("last_checkpoint")
         rows = [{"table": "adapt", "dataset": dataset, "row": f"{student}:zero-shot",
