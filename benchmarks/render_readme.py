@@ -56,7 +56,7 @@ def load_rows() -> list[dict]:
 
 
 def _fmt(v, key: str = "") -> str:
-    if isinstance(v, float) and key.endswith("_per_s"):
+    if isinstance(v, float) and (key.endswith("_per_s") or key.endswith("minutes")):
         return f"{v:.1f}"
     if isinstance(v, float) and key == "ratio":
         return f"{v:.2f}"
