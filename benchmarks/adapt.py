@@ -174,10 +174,9 @@ def main() -> int:
                      "--output", str(out), "--overwrite"]
         if student == "minilm":
             cmd += ["--max-length", str(a.max_length)]
-        elif student == "ddr-rem":  # a REM: trained and searched at its own lengths (ddr_grid's)
-            pass
-        else:  # splade-tiny is an MLM checkpoint: trained and searched as SPLADE
+        elif student == "splade-tiny":  # an MLM checkpoint: trained and searched as SPLADE
             cmd += ["--kind", "sparse"]
+        # (a ddr-rem is trained and searched at its own lengths, ddr_grid's)
         if method == "cai":
             cmd += ["--no-vocabulary"]
         flags = [x for k, v in extra.items() for x in (f"--{k}", v)]
