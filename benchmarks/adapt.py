@@ -172,25 +172,21 @@ def main() -> int:
                      "--labels", str(labels), "--max-steps", str(max_steps), "--eval-steps", str(a.eval_steps),
                      "--batch-size", str(a.batch_size), "--learning-rate", str(a.learning_rate),
                      "--output", str(out), "--overwrite"]
-        if student == "minilm":
-            cmd += ["--max-length", str(a.max_length)]
-        elif student == "splade-tiny":  # an MLM checkpoint: trained and searched as SPLADE
-            cmd += ["--kind", "sparse"]
-        # (a ddr-rem is trained and searched at its own lengths, ddr_grid's)
-        if method == "cai":
-            cmd += ["--no-vocabulary"]
-        flags = [x for k, v in extra.items() for x in (f"--{k}", v)]
+        # splade-tiny is an MLM checkpoint, trained and searched as SPLADE; a ddr-rem is trained and
+        # searched at its own lengths (ddr_grid's)
+        flags = {"minilm": ["--max-length", str(a.max_length)], "splade-tiny": ["--kind", "sparse"]}.get(student, [])
+        flags += ["--no-vocabulary"] * (method == "cai") + [x for k, v in extra.items() for x in (f"--{k}", v)]
         run(cmd + flags)
         m = json.loads((out / "metrics.json").read_text())
         b = m["budget"]
         budget = (f"{b['steps']} steps x batch {b['batch_size']}, lr {b['learning_rate']:g}, max length "
                   f"{b['max_length']}" + (f", {b['mlm_steps']} MLM steps" if b.get("mlm_steps") is not None else "") +
                   (f", margin scale {b['margin_scale']:.3g}" if b.get("margin_scale") is not None else ""))
-        shown = build_rem * (student == "ddr-rem") + "hf-dr adapt --data " + (rel(data) if a.train_fraction is None else f"{a.work}/{dataset}") + \
-            f" --model {rel(MODELS[student]) if student != 'ddr-rem' else a.work + '/ddr/rem'} --method {method} " \
-            f"--labels {a.work}/labels-{dataset} --max-steps {max_steps} --eval-steps {a.eval_steps}" + \
-            {"minilm": f" --max-length {a.max_length}", "splade-tiny": " --kind sparse"}.get(student, "") + \
-            (" --no-vocabulary" if method == "cai" else "") + "".join(f" {x}" for x in flags)
+        shown_model = f"{a.work}/ddr/rem" if student == "ddr-rem" else rel(MODELS[student])
+        shown = build_rem * (student == "ddr-rem") + "hf-dr adapt --data " + \
+            (rel(data) if a.train_fraction is None else f"{a.work}/{dataset}") + \
+            f" --model {shown_model} --method {method} --labels {a.work}/labels-{dataset} --max-steps {max_steps} " \
+            f"--eval-steps {a.eval_steps}" + "".join(f" {x}" for x in flags)
         last = m.get("last_checkpoint")
         rows = [{"table": "adapt", "dataset": dataset, "row": f"{student}:zero-shot",
                  "system": f"{NAMES[student]} zero-shot (max length {b['max_length']})",
