@@ -115,3 +115,24 @@ def test_a_local_looking_path_is_never_sent_to_the_hub(tmp_path, monkeypatch):
     for path in ("data/scifcat", "./data/scifact", str(tmp_path / "x" / "y")):
         with pytest.raises(BeirFormatError, match=f"{path}: no such BEIR folder"):
             load_beir(path)
+
+
+def test_whitespace_separated_test_qrels_keep_test_queries_out_of_training(tmp_path):
+    """A TREC-style (space-separated) qrels/test.tsv is read by the one qrels parser: its queries
+    are held out of the training queries, as with a tab-separated one."""
+    import shutil
+
+    from hf_dr.data.beir import load_training_queries
+
+    folder = tmp_path / "mine"
+    shutil.copytree(SAMPLE, folder)
+    tsv = folder / "qrels" / "test.tsv"
+    test_ids = set(load_qrels(tsv))
+    tsv.write_text("".join(" ".join(line.split("\t")) for line in tsv.read_text().splitlines(keepends=True)))
+    with open(folder / "queries.jsonl", "a") as f:  # two queries without judgments: the training ones
+        f.write('{"_id": "own-1", "text": "a training question"}\n{"_id": "own-2", "text": "another one"}\n')
+    assert set(load_qrels(tsv)) == test_ids
+    _, queries, has_qrels = load_training_queries(folder)
+    assert not has_qrels
+    assert set(queries) == {"own-1", "own-2"}
+    assert not set(queries) & test_ids

@@ -184,12 +184,11 @@ def parse_grade(score, where: str) -> int:
     return grade
 
 
-def load_qrels(path: str | os.PathLike) -> Qrels:
-    """Read a BEIR qrels TSV (header optional, CRLF tolerated) or a TREC qrels file
-    (``qid 0 docid grade``). Grades must be integers (``1.0`` reads as 1); anything else raises
-    :class:`BeirFormatError` naming the file, line and value."""
-    path = Path(path)
-    qrels: Qrels = {}
+def _qrels_lines(path: Path) -> Iterator[tuple[int, str, str, str]]:
+    """``(line number, query-id, corpus-id, score text)`` of each judgment of a qrels file: the one
+    qrels line parser. Fields are tab-separated (BEIR) or, on a line without tabs, separated by
+    whitespace (TREC); a header is skipped; the TREC format's four fields ``qid iter docid grade``
+    lose their second. Ids are checked (:func:`_check_id`), grades are not (``score text``)."""
     first = True
     for lineno, line in _lines(path):
         if not line.strip():
@@ -204,9 +203,18 @@ def load_qrels(path: str | os.PathLike) -> Qrels:
         if len(parts) != 3:
             raise BeirFormatError(f"{path}:{lineno}: expected 3 tab-separated fields (query-id corpus-id score), "
                                   f"got {len(parts)}")
-        qid = _check_id(parts[0].strip(), path, lineno, "query-id")
-        did = _check_id(parts[1].strip(), path, lineno, "corpus-id")
-        grade = parse_grade(parts[2], f"{path}:{lineno}")
+        yield (lineno, _check_id(parts[0].strip(), path, lineno, "query-id"),
+               _check_id(parts[1].strip(), path, lineno, "corpus-id"), parts[2])
+
+
+def load_qrels(path: str | os.PathLike) -> Qrels:
+    """Read a BEIR qrels TSV (header optional, CRLF tolerated) or a TREC qrels file
+    (``qid 0 docid grade``, or three whitespace-separated fields). Grades must be integers (``1.0``
+    reads as 1); anything else raises :class:`BeirFormatError` naming the file, line and value."""
+    path = Path(path)
+    qrels: Qrels = {}
+    for lineno, qid, did, score in _qrels_lines(path):
+        grade = parse_grade(score, f"{path}:{lineno}")
         docs = qrels.setdefault(qid, {})
         if did in docs and docs[did] != grade:
             raise BeirFormatError(f"{path}:{lineno}: query {qid!r} judges document {did!r} twice, "
@@ -358,14 +366,8 @@ def has_split(path_or_id: str | os.PathLike, split: str) -> bool:
 
 
 def _judged_query_ids(qfile: Path) -> set[str]:
-    """The query ids of a qrels file (first column), without its judgments."""
-    ids: set[str] = set()
-    for n, line in _lines(qfile):
-        cols = line.rstrip("\n").split("\t")
-        if not cols[0] or (n == 1 and cols[0].lower() in ("query-id", "qid", "query_id")):
-            continue
-        ids.add(cols[0])
-    return ids
+    """The query ids of a qrels file (read by the one qrels line parser), without its judgments."""
+    return {qid for _, qid, _, _ in _qrels_lines(Path(qfile))}
 
 
 def load_training_queries(path_or_id: str | os.PathLike, split: str = "train"
