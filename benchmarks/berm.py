@@ -30,7 +30,7 @@ from common import SHARED, command_line, machine, save_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = {"baseline": "MiniLM + contrastive (baseline)", "berm": "MiniLM + contrastive + BERM",
-           "start": "all-MiniLM-L6-v2 before training (mean pool, dot)"}
+           "start": "all-MiniLM-L6-v2 before training (mean pool, cosine)"}
 
 
 def _train_module():
@@ -50,15 +50,15 @@ def train_models(a, log) -> dict:
     for name in ("baseline", "berm"):
         d = Path(a.runs) / name
         want = {"steps": a.steps, "batch_size": a.batch_size, "lr": a.lr, "seed": a.seed,
-                "doc_max_length": a.doc_max_length, "model": a.model}
+                "doc_max_length": a.doc_max_length, "model": a.model, "similarity": "own"}
         done = d / "bench_settings.json"
         if done.is_file() and json.loads(done.read_text()) == want:
             log(f"{name}: re-using {d}")
             out[name] = d
             continue
         t0 = time.time()
-        m = tb.ModelArguments(model_name_or_path=a.model, pooling="mean", similarity="dot", max_query_length=64,
-                              max_doc_length=a.doc_max_length)
+        # pooling, similarity and the loss's scale: the model's own (MiniLM: mean pooling, cosine, scale 20)
+        m = tb.ModelArguments(model_name_or_path=a.model, max_query_length=64, max_doc_length=a.doc_max_length)
         dd = tb.DataArguments(train_data=str(SHARED / "data" / "msmarco-trecdl2019"), n_negatives=1,
                               max_rows=a.steps * a.batch_size)
         b = tb.BERMArguments(style="hard_negatives", berm=name == "berm")
@@ -87,7 +87,7 @@ def diagnostics(a, models: dict, log) -> None:
     named = {"all-MiniLM-L6-v2 (before training)": None, SYSTEMS["baseline"]: models["baseline"],
              SYSTEMS["berm"]: models["berm"]}
     for label, path in named.items():
-        model = BERMEncoder.from_backbone(a.model, pooling="mean") if path is None else BERMEncoder.from_pretrained(path)
+        model = _start_model(a) if path is None else BERMEncoder.from_pretrained(path)
         model.config.max_doc_length = a.diag_doc_max_length
         t0 = time.time()
         r = berm_diagnostics(model, rows, batch_size=16, show_progress_bar=False)
@@ -105,6 +105,15 @@ def diagnostics(a, models: dict, log) -> None:
                           title=f"BERM Table 5 on {len(rows)} SciFact train pairs")
 
 
+def _start_model(a):
+    """The untrained model as a BERMEncoder with its own pooling and similarity (MiniLM: mean, cosine)."""
+    from hf_dr.models.berm import BERMEncoder
+    from hf_dr.models.dense import own_pooling_and_similarity
+
+    pooling, similarity = own_pooling_and_similarity(a.model)
+    return BERMEncoder.from_backbone(a.model, pooling=pooling, similarity=similarity)
+
+
 def _settings(a) -> dict:
     return {"train_steps": a.steps, "train_batch_size": a.batch_size, "train_doc_max_length": a.doc_max_length,
             "eval_doc_max_length": a.eval_doc_max_length, "diag_doc_max_length": a.diag_doc_max_length, "eval_query_max_length": a.eval_query_max_length,
@@ -116,12 +125,12 @@ def _evaluate(a, name: str, path, data, ds: str, log):
     from hf_dr.evaluation import EvalResult, evaluate_model
     from hf_dr.models.berm import BERMEncoder
 
-    cache = Path(a.runs) / name / f"eval_{ds}_{a.eval_doc_max_length}_{a.eval_query_max_length}.json"
+    cache = Path(a.runs) / name / f"eval_{ds}_{a.eval_doc_max_length}_{a.eval_query_max_length}_own-similarity.json"
     if cache.is_file():
         obj = json.loads(cache.read_text())
         log(f"{ds} {name}: re-using {cache}")
         return EvalResult(obj["metrics"], obj["per_query"], obj["n_queries"])
-    model = BERMEncoder.from_backbone(a.model, pooling="mean") if path is None else BERMEncoder.from_pretrained(path)
+    model = _start_model(a) if path is None else BERMEncoder.from_pretrained(path)
     model.config.max_doc_length = a.eval_doc_max_length
     model.config.max_query_length = a.eval_query_max_length
     t0 = time.time()
@@ -169,8 +178,8 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=16, help="distinct queries per batch (+1 hard negative each)")
     ap.add_argument("--lr", type=float, default=3e-5)
     ap.add_argument("--doc-max-length", type=int, default=128, help="training passage length (MS MARCO passages fit)")
-    ap.add_argument("--eval-doc-max-length", type=int, default=128, help="evaluation passage length (CPU budget)")
-    ap.add_argument("--eval-query-max-length", type=int, default=128, help="evaluation query length (ArguAna queries are arguments)")
+    ap.add_argument("--eval-doc-max-length", type=int, default=256, help="evaluation passage length (MiniLM's own)")
+    ap.add_argument("--eval-query-max-length", type=int, default=256, help="evaluation query length (MiniLM's own; ArguAna queries are arguments)")
     ap.add_argument("--diag-doc-max-length", type=int, default=256, help="passage length for Table 5 (units past it dropped)")
     ap.add_argument("--diag-pairs", type=int, default=300, help="SciFact train (query, positive) pairs for Table 5")
     ap.add_argument("--datasets", nargs="+", default=["scifact", "arguana"])

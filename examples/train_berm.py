@@ -34,8 +34,10 @@ STYLES = ("vanilla", "hard_negatives", "distillation")
 @dataclass
 class ModelArguments:
     model_name_or_path: str = field(metadata={"help": "Backbone checkpoint (folder or Hub id), e.g. roberta-base (the paper)."})
-    pooling: str = field(default="cls", metadata={"help": "cls (the paper) or mean."})
-    similarity: str = field(default="dot", metadata={"help": "dot (the paper) or cos."})
+    pooling: str | None = field(default=None, metadata={"help": "cls (the paper) or mean; default: the model's own "
+                                                         "(its sentence-transformers Pooling), else cls."})
+    similarity: str | None = field(default=None, metadata={"help": "dot (the paper) or cos; default: the model's own "
+                                                            "(sentence-transformers Normalize / similarity_fn_name), else dot."})
     max_query_length: int = field(default=64, metadata={"help": "Query truncation (training and encode_queries)."})
     max_doc_length: int = field(default=256, metadata={"help": "Passage truncation (training and encode_corpus); units past it are clipped / dropped."})
 
@@ -61,7 +63,7 @@ class BERMArguments:
     berm: bool = field(default=True, metadata={"help": "Add BERM's unit losses (false: alpha = beta = 0, the plain retrieval loss)."})
     alpha: float = field(default=0.1, metadata={"help": "Weight of L_extract (Eq. 5); the paper: 0.1."})
     beta: float = field(default=1.0, metadata={"help": "Weight of L_balance (Eq. 4); the paper: 1.0."})
-    scale: float | None = field(default=None, metadata={"help": "Inverse temperature of the contrastive loss; default 1 for dot, 20 for cos."})
+    scale: float | None = field(default=None, metadata={"help": "Inverse temperature of the contrastive loss; default: the model's similarity (20 for cos, as sentence-transformers; 1 for dot)."})
     kd_temperature: float = field(default=1.0, metadata={"help": "Temperature of the distillation loss."})
 
 
@@ -133,10 +135,22 @@ def build_objective(m: ModelArguments, b: BERMArguments):
 
     if b.style not in STYLES:
         raise ValueError(f"--style must be one of {STYLES}, got {b.style!r}")
-    scale = b.scale if b.scale is not None else (20.0 if m.similarity == "cos" else 1.0)
+    # scale None: the trained model's own similarity (hf_dr.objectives.scale.default_scale)
     return BERMObjective(alpha=b.alpha if b.berm else 0.0, beta=b.beta if b.berm else 0.0,
                          base="distillation" if b.style == "distillation" else "contrastive",
-                         scale=scale, temperature=b.kd_temperature)
+                         scale=b.scale, temperature=b.kd_temperature)
+
+
+def resolve_model_arguments(m: ModelArguments) -> ModelArguments:
+    """``m`` with pooling / similarity left unset taken from the checkpoint's own configuration."""
+    from dataclasses import replace
+
+    from hf_dr.models.dense import own_pooling_and_similarity
+
+    if m.pooling is None or m.similarity is None:
+        pooling, similarity = own_pooling_and_similarity(m.model_name_or_path, default_pooling="cls")
+        m = replace(m, pooling=m.pooling or pooling, similarity=m.similarity or similarity)
+    return m
 
 
 def train(m: ModelArguments, d: DataArguments, b: BERMArguments, args):
@@ -150,6 +164,7 @@ def train(m: ModelArguments, d: DataArguments, b: BERMArguments, args):
 
     # CheckpointError (a ValueError) before any work when the checkpoint asked for is missing; the seed before any init
     resume = start_training(args)
+    m = resolve_model_arguments(m)
     model = BERMEncoder.from_backbone(m.model_name_or_path, pooling=m.pooling, similarity=m.similarity,
                                       max_query_length=m.max_query_length, max_doc_length=m.max_doc_length)
     rows = build_dataset(d, b, args)

@@ -40,6 +40,7 @@ from transformers import HfArgumentParser
 from hf_dr.io import one_line_warnings
 from hf_dr.data import RetrievalCollator, load_beir, triplets_from_qrels
 from hf_dr.objectives import get_objective
+from hf_dr.objectives.scale import resolve_scale
 from hf_dr.io import atomic_write_json
 from hf_dr.training import (CheckpointError, RetrievalTrainer, RetrievalTrainingArguments, final_output,
                             portable_reference, start_training)
@@ -57,8 +58,11 @@ class ModelArguments:
     lora_target_modules: str = field(default="query,key,value", metadata={"help": "Comma-separated attention projections that get LoRA."})
     pa_bottleneck: int | None = field(default=None, metadata={"help": "Parallel-adapter bottleneck; default hidden_size // 4."})
     pa_scaling: float = field(default=4.0, metadata={"help": "Parallel-adapter output scaling."})
-    pooling: str = field(default="mean", metadata={"help": "mean (paper) or cls."})
-    similarity: str = field(default="dot", metadata={"help": "dot (paper, English) or cos (unit-length embeddings)."})
+    pooling: str | None = field(default=None, metadata={"help": "mean (paper) or cls; default: the model's own "
+                                                         "(its sentence-transformers Pooling), else mean."})
+    similarity: str | None = field(default=None, metadata={"help": "dot (paper, English) or cos (unit-length embeddings); "
+                                                            "default: the model's own (sentence-transformers Normalize / "
+                                                            "similarity_fn_name), else dot."})
     max_query_length: int = field(default=64, metadata={"help": "Query truncation (training and encode_queries)."})
     max_doc_length: int = field(default=256, metadata={"help": "Document truncation (training and encode_corpus)."})
 
@@ -72,10 +76,17 @@ class DataArguments:
     n_negatives: int = field(default=1, metadata={"help": "Hard negatives per query (from qrels)."})
     distinct_queries_per_batch: bool = field(default=True, metadata={"help": "Batches of distinct queries (no positive of a query acts as its in-batch negative); uses sequential sampling over pre-built blocks."})
     objective: str = field(default="contrastive", metadata={"help": "contrastive (in-batch + hard negatives, gathered across processes) or margin_mse (needs scores)."})
-    scale: float | None = field(default=None, metadata={"help": "Inverse temperature of the contrastive loss; default 1 for dot, 20 for cos."})
+    scale: float | None = field(default=None, metadata={"help": "Inverse temperature of the objective; default: the model's similarity (20 for cos, as sentence-transformers; 1 for dot)."})
 
 
 def build_model(m: ModelArguments):
+    from dataclasses import replace
+
+    from hf_dr.models.dense import own_pooling_and_similarity
+
+    if m.pooling is None or m.similarity is None:  # the checkpoint's own (sentence-transformers config)
+        pooling, similarity = own_pooling_and_similarity(m.model_name_or_path, default_pooling="mean")
+        m = replace(m, pooling=m.pooling or pooling, similarity=m.similarity or similarity)
     if m.mode == "ddr":
         from hf_dr.models.ddr import DDRModel
 
@@ -130,10 +141,8 @@ def main():
     train = build_dataset(d, args)
     if d.objective == "margin_mse" and "scores" not in train.column_names:
         raise ValueError("--objective margin_mse needs a 'scores' column (teacher scores, positive first)")
-    kwargs = {}
-    if d.objective == "contrastive":
-        kwargs["scale"] = d.scale if d.scale is not None else (20.0 if m.similarity == "cos" else 1.0)
-    objective = get_objective(d.objective, **kwargs)
+    # scale None: the model's own similarity (hf_dr.objectives.scale.default_scale), for either objective
+    objective = get_objective(d.objective, scale=d.scale)
     collator = RetrievalCollator(model.tokenizer, m.max_query_length, m.max_doc_length)
     trainer = RetrievalTrainer(model=model, args=args, train_dataset=train, data_collator=collator, objective=objective)
     if m.mode == "ddr":
@@ -147,7 +156,7 @@ def main():
     data, data_local = portable_reference(d.train_data)
     info = {"mode": m.mode, "model_name_or_path": src, "train_data": data,
             "local_inputs": [k for k, local in (("model_name_or_path", src_local), ("train_data", data_local)) if local],
-            "n_rows": len(train), "objective": d.objective, **kwargs, "global_steps": trainer.state.global_step,
+            "n_rows": len(train), "objective": d.objective, "scale": resolve_scale(d.scale, model), "global_steps": trainer.state.global_step,
             "learning_rate": args.learning_rate, "seed": args.seed,
             "train_loss": next((h["train_loss"] for h in reversed(trainer.state.log_history) if "train_loss" in h), None)}
     out = Path(args.output_dir)

@@ -26,8 +26,9 @@ def register(sub) -> None:
     p.add_argument("--m", type=positive_int, default=10, help="negatives per pseudo-positive")
     p.add_argument("--bm25-top", type=positive_int, default=100, help="BM25 candidates reranked per query")
     p.add_argument("--simans-top-k", type=positive_int, default=500, help="SimANS: top-K of the dense retriever")
-    p.add_argument("--simans-score-scale", type=finite_float, default=1.0,
-                   help="dense scores x this before SimANS (20 for cosine models: a=0.5 is then not ~uniform)")
+    p.add_argument("--simans-score-scale", type=finite_float, default=None,
+                   help="dense scores x this before SimANS (default: the dense model's own similarity, 20 for "
+                        "cosine models, so that a=0.5 is not ~uniform over cosine scores; 1 for dot)")
     p.add_argument("--dev-queries", type=non_negative_int, default=50, help="queries held out for the dev set")
     p.add_argument("--max-queries", type=positive_int, default=None, help="label only the first N queries (quick checks)")
     p.add_argument("--max-length", type=positive_int, default=None, help="max tokens when encoding with the dense model")

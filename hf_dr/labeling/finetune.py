@@ -13,18 +13,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from ..objectives.scale import default_scale  # re-exported: the one rule
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["train_ranknet", "train_on_pseudo_labels", "with_teacher_scores", "default_scale", "calibrate_margin_scale"]
-
-
-def default_scale(model) -> float:
-    """1 for dot-product encoders (the paper); 20 (sentence-transformers' usual inverse
-    temperature) for encoders whose embeddings are L2-normalised (cosine)."""
-    normalized = getattr(model, "normalize", None)
-    if normalized is None:
-        normalized = str(getattr(getattr(model, "config", None), "similarity", "dot")).lower() in ("cos", "cosine")
-    return 20.0 if normalized else 1.0
 
 
 def calibrate_margin_scale(model, train, n: int = 256, seed: int = 0, batch_size: int = 32,
@@ -69,8 +62,7 @@ def train_ranknet(model, train, output_dir: str | Path, dev=None, *, scale: floa
     """
     from ..objectives import RankNetObjective
 
-    objective = RankNetObjective(scale=default_scale(model) if scale is None else scale,
-                                 freeze_documents=freeze_documents)
+    objective = RankNetObjective(scale=scale, freeze_documents=freeze_documents)  # None: the model's own
     return train_on_pseudo_labels(model, train, output_dir, dev, objective=objective, **kwargs)
 
 
@@ -126,7 +118,7 @@ def train_on_pseudo_labels(model, train, output_dir: str | Path, dev=None, *, ob
         collator = RetrievalCollator(model.tokenizer, query_max_length=max_length, doc_max_length=max_length,
                                      neg_column="neg", score_column="scores" if teacher_scores else None)
     if objective is None:
-        objective = RankNetObjective(scale=default_scale(model))
+        objective = RankNetObjective()  # scale: the model's own similarity
     evaluator = RerankEvaluator(dev, metrics=("ndcg@10",), max_length=dev_max_length or max_length) if has_dev else None
     trainer = RetrievalTrainer(model=model, args=args, train_dataset=train, eval_dataset=dev if has_dev else None,
                                data_collator=collator, objective=objective, evaluator=evaluator)

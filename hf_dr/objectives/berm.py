@@ -20,6 +20,7 @@ import torch
 
 from ..losses import kl_distillation_loss, unit_balance_loss, unit_extract_loss, unit_mean_pool
 from .contrastive import ContrastiveObjective
+from .scale import resolve_scale
 
 __all__ = ["BERMObjective", "ALPHA", "BETA"]
 
@@ -36,14 +37,15 @@ class BERMObjective:
         base: ``"contrastive"`` (in-batch + any hard negatives of the batch, gathered across
             processes) or ``"distillation"`` (KL(teacher || student) over each query's
             ``[pos, negs]``, needs ``teacher_scores``).
-        scale: inverse temperature of the contrastive loss (1 for dot, ~20 for cos).
+        scale: inverse temperature of the contrastive loss (``None``: the model's own similarity,
+            20 for cos as sentence-transformers, 1 for dot).
         temperature: temperature of the distillation loss.
     """
 
     alpha: float = ALPHA
     beta: float = BETA
     base: str = "contrastive"
-    scale: float = 1.0
+    scale: float | None = None
     temperature: float = 1.0
     gather_across_processes: bool = True
 
@@ -67,7 +69,7 @@ class BERMObjective:
         B = q.shape[0]
         group = d.shape[0] // B
         if self.base == "contrastive":
-            loss, logs = self._contrastive.loss_from_embeddings(q, d)
+            loss, logs = self._contrastive.loss_from_embeddings(q, d, scale=resolve_scale(self.scale, model))
         else:
             if "teacher_scores" not in inputs:
                 raise KeyError("base='distillation' needs teacher_scores in the batch (a 'scores' column)")

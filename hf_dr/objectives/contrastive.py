@@ -9,6 +9,7 @@ import torch.distributed as dist
 
 from ..encoding import embed
 from ..losses import contrastive_loss, margin_mse_loss
+from .scale import resolve_scale
 
 
 def all_gather_with_grad(t: torch.Tensor) -> torch.Tensor:
@@ -38,19 +39,22 @@ class ContrastiveObjective:
     """InfoNCE with in-batch negatives, hard negatives, and negatives from every process.
 
     Batch layout: ``doc_*`` holds ``B * group_size`` documents, each query's positive first
-    in its group. ``scale`` is the inverse temperature (20 for cosine models, 1 for dot).
+    in its group. ``scale`` is the inverse temperature; ``None`` (the default) takes the model's
+    own similarity (:func:`~hf_dr.objectives.scale.default_scale`: 20 for cosine models, as
+    sentence-transformers, 1 for dot).
     """
 
-    scale: float = 1.0
+    scale: float | None = None
     gather_across_processes: bool = True
 
     def __call__(self, model, inputs):
         q, d = embed_batch(model, inputs)
-        return self.loss_from_embeddings(q, d)
+        return self.loss_from_embeddings(q, d, scale=resolve_scale(self.scale, model))
 
-    def loss_from_embeddings(self, q, d):
+    def loss_from_embeddings(self, q, d, scale: float | None = None):
         """The loss of already computed ``q [B, d]`` / ``d [B * group, d]`` (objectives that
-        add terms on top of the contrastive loss, e.g. BERM, reuse it)."""
+        add terms on top of the contrastive loss, e.g. BERM, reuse it) at inverse temperature
+        ``scale`` (default: the objective's own, 1 when that is unset too)."""
         group = d.shape[0] // q.shape[0]
         if self.gather_across_processes:
             offset = _rank() * d.shape[0]
@@ -58,7 +62,8 @@ class ContrastiveObjective:
         else:
             offset = 0
         targets = offset + torch.arange(q.shape[0], device=q.device) * group
-        loss = contrastive_loss(q, d, targets, self.scale)
+        scale = scale if scale is not None else (self.scale if self.scale is not None else 1.0)
+        loss = contrastive_loss(q, d, targets, scale)
         return loss, {"contrastive_loss": loss.detach()}
 
 
@@ -67,16 +72,17 @@ class MarginMSEObjective:
     """Margin-MSE against teacher scores ``inputs["teacher_scores"] [B, 1 + m]``
     (positive first); each hard negative forms one (pos, neg) pair. ``scale`` multiplies the
     student's scores first: a cosine student's margins live in [-2, 2], which cannot match a
-    teacher's margins of several units (GPL's dot-product students need none; 20 for cosine, as
-    :func:`hf_dr.labeling.finetune.default_scale` gives)."""
+    teacher's margins of several units (GPL's dot-product students need none). ``None`` (the
+    default): the model's own similarity, :func:`~hf_dr.objectives.scale.default_scale` (20 for
+    cosine, 1 for dot)."""
 
-    scale: float = 1.0
+    scale: float | None = None
 
     def __call__(self, model, inputs):
         q, d = embed_batch(model, inputs)
         B = q.shape[0]
         d = d.view(B, -1, d.shape[-1])
-        s = self.scale * torch.einsum("bd,bgd->bg", q, d)
+        s = resolve_scale(self.scale, model) * torch.einsum("bd,bgd->bg", q, d)
         t = inputs["teacher_scores"].to(s.dtype)
         m = s.shape[1] - 1
         loss = margin_mse_loss(s[:, :1].expand(-1, m).reshape(-1), s[:, 1:].reshape(-1),

@@ -8,6 +8,7 @@ import torch
 
 from ..encoding import embed
 from ..losses import ranknet_loss
+from .scale import resolve_scale
 
 __all__ = ["RankNetObjective"]
 
@@ -27,7 +28,7 @@ class RankNetObjective:
     two-tower model with a frozen passage tower, see :class:`hf_dr.models.query_tower.QueryTowerEncoder`).
     """
 
-    scale: float = 1.0
+    scale: float | None = None  # None: the model's own similarity (20 for cosine, 1 for dot)
     freeze_documents: bool = False
 
     def __call__(self, model, inputs):
@@ -35,7 +36,7 @@ class RankNetObjective:
         with torch.no_grad() if self.freeze_documents else torch.enable_grad():
             d = embed(model, inputs["doc_input_ids"], inputs["doc_attention_mask"], is_query=False)
         B = q.shape[0]
-        s = self.scale * torch.einsum("bd,bgd->bg", q, d.view(B, -1, d.shape[-1]))
+        s = resolve_scale(self.scale, model) * torch.einsum("bd,bgd->bg", q, d.view(B, -1, d.shape[-1]))
         m = s.shape[1] - 1
         if m < 1:
             raise ValueError("RankNet needs at least one negative per row (a 'neg' column)")

@@ -10,6 +10,7 @@ from transformers import TrainerCallback
 
 from ..encoding import embed
 from ..losses import contrastive_loss, flops_loss, margin_mse_loss
+from .scale import resolve_scale
 
 __all__ = ["SpladeObjective", "FlopsWarmupCallback"]
 
@@ -41,7 +42,7 @@ class SpladeObjective:
     lambda_q: float = 0.08
     lambda_d: float = 0.1
     warmup_steps: int = 1000
-    scale: float = 1.0
+    scale: float | None = None  # None: the model's own similarity (SPLADE: dot, 1)
     step: int = field(default=0, repr=False)
 
     def trainer_callbacks(self):
@@ -59,14 +60,14 @@ class SpladeObjective:
         group = d.shape[0] // B
         if "teacher_scores" in inputs:
             dg = d.view(B, group, -1)
-            s = self.scale * torch.einsum("bv,bgv->bg", q, dg)
+            s = resolve_scale(self.scale, model) * torch.einsum("bv,bgv->bg", q, dg)
             t = inputs["teacher_scores"].to(s.dtype)
             m = group - 1
             rank = margin_mse_loss(s[:, :1].expand(-1, m).reshape(-1), s[:, 1:].reshape(-1),
                                    t[:, :1].expand(-1, m).reshape(-1), t[:, 1:].reshape(-1))
         else:
             targets = torch.arange(B, device=q.device) * group
-            rank = contrastive_loss(q, d, targets, self.scale)
+            rank = contrastive_loss(q, d, targets, resolve_scale(self.scale, model))
         w = self.weight()
         fq, fd = flops_loss(q), flops_loss(d)
         loss = rank + w * (self.lambda_q * fq + self.lambda_d * fd)
