@@ -55,17 +55,20 @@ def test_dense_index_exact_and_approximate():
         DenseIndex(D, ids, index_type="lsh")
 
 
+@pytest.mark.parametrize("empty", [(3,), (8,), (0,), (0, 8), tuple(range(9))],
+                         ids=["middle", "last", "first", "first+last", "all"])  # queries without a term
 @pytest.mark.parametrize("max_entries", [1, 40, 32_000_000])  # one query a group ... all at once
-def test_sparse_index_equals_dense_product_in_groups(max_entries):
+def test_sparse_index_equals_dense_product_in_groups(max_entries, empty):
     D = sp.random(500, 1000, density=0.01, random_state=1, format="csr", dtype=np.float32)
     Q = sp.random(9, 1000, density=0.02, random_state=2, format="csr", dtype=np.float32)
-    Q = (sp.diags([1.0, 1, 1, 0, 1, 1, 1, 1, 1]) @ Q).tocsr()  # query 3 has no term: an empty ranking
+    Q = (sp.diags([0.0 if i in empty else 1.0 for i in range(9)]) @ Q).tocsr()  # no term: an empty ranking
     Q.eliminate_zeros()
     ids = [str(i) for i in range(500)]
     idx = SparseIndex(D, ids)
     run = idx.search(Q, [f"q{i}" for i in range(9)], top_k=20, max_entries=max_entries)
     full = (Q @ D.T).toarray()
-    assert run["q3"] == {}
+    assert set(run) == {f"q{i}" for i in range(9)}
+    assert all(run[f"q{i}"] == {} for i in empty)
     for i in range(9):
         nz = np.flatnonzero(full[i] > 0)
         want = nz[np.lexsort((nz, -full[i][nz]))][:20]  # score, then corpus order

@@ -54,8 +54,9 @@ class SparseIndex:
             raise ValueError(f"{len(query_ids)} query ids for {Q.shape[0]} query vectors")
         k = min(top_k, len(self.doc_ids))
         # postings each query touches (an upper bound of its result entries)
-        cost = np.add.reduceat(self.posting_lengths[Q.indices], Q.indptr[:-1]) if Q.nnz else np.zeros(Q.shape[0])
-        cost = np.where(np.diff(Q.indptr) > 0, cost, 0)
+        # (differences of a running sum: a query without terms costs 0, wherever it stands)
+        touched = np.concatenate([[0], np.cumsum(self.posting_lengths[Q.indices], dtype=np.int64)])
+        cost = touched[Q.indptr[1:]] - touched[Q.indptr[:-1]]
         run: Run = {}
         s = 0
         while s < Q.shape[0]:
