@@ -352,3 +352,31 @@ def test_randomly_initialised_weights_are_one_warning_and_verbose_shows_the_repo
     load_encoder(d, kind="dense")
     shown = capfd.readouterr().err + "\n".join(r.getMessage() for r in caplog.records)
     assert "LOAD REPORT" in shown  # -v: transformers' own report
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--retriever", "hybrid", "--fusion", "dbsf"], "--fusion dbsf is fused by Qdrant: it needs --backend qdrant"),
+    (["--retriever", "dense", "--fusion", "rrf"], "--fusion / --hybrid-second go with --retriever hybrid"),
+    (["--retriever", "dense", "--approximate"], "go with --backend qdrant"),
+    (["--retriever", "hybrid", "--backend", "qdrant", "--sparse-model", "s", "--fusion", "zscore", "--path", "q"],
+     "Qdrant fuses with rrf or dbsf, not zscore"),
+])
+def test_argument_combinations_are_refused_before_anything_is_loaded(extra, message, tmp_path, monkeypatch, capsys,
+                                                                     headless_dir):
+    """A combination that cannot run is exit 2 before the data is read, a model loaded or the corpus
+    encoded: all three are made to fail loudly here."""
+    import hf_dr.data
+    import hf_dr.models
+    import hf_dr.retrieval
+
+    def boom(*a, **k):
+        raise AssertionError("loaded / encoded before the arguments were checked")
+
+    for mod, name in ((hf_dr.data, "load_beir"), (hf_dr.models, "load_encoder"), (hf_dr.models, "check_model"),
+                      (hf_dr.retrieval, "build_retriever")):
+        monkeypatch.setattr(mod, name, boom)
+    rc = main(["evaluate", "--data", str(SAMPLE), "--model", str(headless_dir)] + extra)
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert message in err

@@ -78,20 +78,11 @@ def index_options(args) -> dict:
 
 def qdrant_retriever(args):
     """A :class:`~hf_dr.retrieval.qdrant.QdrantRetriever` from the arguments."""
-    from ..cli import CLIError
     from ..models import load_encoder
     from ..retrieval.qdrant import QdrantRetriever
     from .index import store_from_args
 
-    if args.retriever == "bm25":
-        raise CLIError("--backend qdrant searches dense, sparse or hybrid vectors, not bm25")
-    if args.embeddings:
-        raise CLIError("--backend qdrant searches the collection: --embeddings goes to `hf-dr index`")
-    if args.retriever == "hybrid" and not args.sparse_model:
-        raise CLIError("--backend qdrant --retriever hybrid needs --sparse-model (and --model, the dense one)")
     fusion = args.fusion or "rrf"
-    if args.retriever == "hybrid" and fusion not in ("rrf", "dbsf"):
-        raise CLIError(f"Qdrant fuses with rrf or dbsf, not {fusion}")
     if args.retriever == "sparse":
         encoders = {"sparse": load_encoder(args.model, kind="sparse")}
     else:
@@ -118,6 +109,40 @@ def check_output(out, files=("run.trec", "metrics.json")) -> Path:
     return check_writable(out)
 
 
+#: the fusions of each backend (--backend qdrant fuses in the engine)
+FUSIONS = {"inprocess": ("zscore", "minmax", "sum", "rrf"), "qdrant": ("rrf", "dbsf")}
+
+
+def check_args(args) -> None:
+    """Every combination of the arguments, checked before anything is loaded or encoded
+    (:class:`~hf_dr.cli.CLIError`, exit status 2)."""
+    from ..cli import CLIError
+
+    if args.retriever != "bm25" and not args.model:
+        raise CLIError(f"--retriever {args.retriever} needs --model")
+    if args.retriever == "bm25" and args.model:
+        raise CLIError("--retriever bm25 takes no --model (did you mean --retriever dense / sparse / hybrid?)")
+    if args.embeddings and args.retriever == "bm25":
+        raise CLIError("--embeddings goes with a model retriever (dense, sparse, hybrid), not bm25")
+    if args.retriever != "hybrid" and (args.fusion or args.hybrid_second):
+        raise CLIError(f"--fusion / --hybrid-second go with --retriever hybrid, not {args.retriever}")
+    if args.backend != "qdrant":
+        if args.url or args.path or args.edge or args.sparse_model or args.approximate:
+            raise CLIError("--url / --path / --edge / --sparse-model / --approximate go with --backend qdrant")
+        if args.fusion and args.fusion not in FUSIONS["inprocess"]:
+            raise CLIError(f"--fusion {args.fusion} is fused by Qdrant: it needs --backend qdrant "
+                           f"(in process: {', '.join(FUSIONS['inprocess'])})")
+        return
+    if args.retriever == "bm25":
+        raise CLIError("--backend qdrant searches dense, sparse or hybrid vectors, not bm25")
+    if args.embeddings:
+        raise CLIError("--backend qdrant searches the collection: --embeddings goes to `hf-dr index`")
+    if args.retriever == "hybrid" and not args.sparse_model:
+        raise CLIError("--backend qdrant --retriever hybrid needs --sparse-model (and --model, the dense one)")
+    if args.fusion and args.fusion not in FUSIONS["qdrant"]:
+        raise CLIError(f"Qdrant fuses with {' or '.join(FUSIONS['qdrant'])}, not {args.fusion}")
+
+
 def check_model_args(args) -> None:
     """The models of the arguments can be loaded as asked (folder with weights, an MLM head
     for sparse, a reachable Hub id): checked before the corpus is read."""
@@ -139,14 +164,7 @@ def run(args) -> int:
     from ..evaluation import _parse as parse_metric
     from ..retrieval import build_retriever, write_trec_run
 
-    if args.retriever != "bm25" and not args.model:
-        raise CLIError(f"--retriever {args.retriever} needs --model")
-    if args.retriever == "bm25" and args.model:
-        raise CLIError("--retriever bm25 takes no --model (did you mean --retriever dense / sparse / hybrid?)")
-    if args.backend != "qdrant" and (args.url or args.path or args.edge or args.sparse_model):
-        raise CLIError("--url / --path / --edge / --sparse-model go with --backend qdrant")
-    if args.embeddings and args.retriever == "bm25":
-        raise CLIError("--embeddings goes with a model retriever (dense, sparse, hybrid), not bm25")
+    check_args(args)
     for m in args.metrics or ():
         parse_metric(m)
     out = check_output(args.output) if args.output else None
