@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, Trainer, TrainingArguments
 from transformers.trainer import TRAINING_ARGS_NAME
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .io import public_name, publishable_modes, replace_folder
 from .objectives import ContrastiveObjective
@@ -79,6 +79,30 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
         logger.warning("skipped incomplete checkpoint(s) %s in %s (no readable %s or weights)",
                        ", ".join(skipped), d, TRAINER_STATE_NAME)
     return None
+
+
+def rotate_checkpoints(output_dir: str | os.PathLike, save_total_limit: int | None,
+                       best_model_checkpoint: str | None = None) -> list[str]:
+    """Delete the oldest ``checkpoint-N`` folders of ``output_dir`` (by step) until at most
+    ``save_total_limit`` remain, never the newest (to resume) nor ``best_model_checkpoint``
+    (Trainer's rule; its ``rotate_checkpoints`` exists in transformers 5 only). Nothing is
+    deleted when the limit is ``None`` or below 1. Returns the deleted folders."""
+    if not save_total_limit or save_total_limit <= 0:
+        return []
+    d = Path(output_dir)
+    steps = {c: int(m.group(1)) for c in (d.iterdir() if d.is_dir() else ())
+             if c.is_dir() and (m := _CHECKPOINT_RE.match(c.name))}
+    found = sorted(steps, key=steps.get)
+    protected = set(found[-1:]) | ({Path(best_model_checkpoint)} if best_model_checkpoint else set())
+    keep = max(save_total_limit, len(protected & set(found)))
+    deleted = []
+    for c in found:
+        if len(found) - len(deleted) <= keep:
+            break
+        if c not in protected:
+            shutil.rmtree(c, ignore_errors=True)
+            deleted.append(str(c))
+    return deleted
 
 
 def resolve_checkpoint(output_dir: str | os.PathLike, resume_from_checkpoint: str | bool | None = None, *,
@@ -286,8 +310,7 @@ class RetrievalTrainer(Trainer):
         if self.args.should_save:
             replace_folder(staged, final)
             shutil.rmtree(staging, ignore_errors=True)
-            rotate_checkpoints(output_dir=str(run_dir), save_total_limit=self.args.save_total_limit,
-                               best_model_checkpoint=self.state.best_model_checkpoint)
+            rotate_checkpoints(run_dir, self.args.save_total_limit, self.state.best_model_checkpoint)
         self.accelerator.wait_for_everyone()
 
     # Encoders that are plain nn.Modules (DenseEncoder) save and reload themselves through

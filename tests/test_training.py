@@ -64,3 +64,16 @@ def test_margin_mse_objective(tiny_bert_dir):
     s = (q.unsqueeze(1) * d).sum(-1)
     want = ((s[:, 0] - s[:, 1] - 4.0) ** 2).mean()
     assert torch.isclose(loss, want, atol=1e-5) and "margin_mse_loss" in logs
+
+
+def test_rotate_checkpoints_keeps_the_newest_and_the_best(tmp_path):
+    from hf_dr.training import rotate_checkpoints
+
+    for step in (5, 10, 15, 20, 100):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+    (tmp_path / "checkpoint-x").mkdir()  # not a checkpoint: never touched
+    assert rotate_checkpoints(tmp_path, None) == [] and rotate_checkpoints(tmp_path, 0) == []
+    deleted = rotate_checkpoints(tmp_path, 2, best_model_checkpoint=str(tmp_path / "checkpoint-10"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-10", "checkpoint-100", "checkpoint-x"]
+    assert [p.rsplit("/", 1)[1] for p in deleted] == ["checkpoint-5", "checkpoint-15", "checkpoint-20"]
+    assert rotate_checkpoints(tmp_path, 1, best_model_checkpoint=str(tmp_path / "checkpoint-10")) == []
