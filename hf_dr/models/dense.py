@@ -35,22 +35,37 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> to
 
 
 def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+    """A JSON file of a model folder; ``{}`` when it does not exist. A file that exists but cannot
+    be read or parsed raises :class:`~hf_dr.models.ModelLoadError`: guessing the pooling instead
+    would encode with the wrong one, silently."""
+    from . import ModelLoadError
+
+    if not path.is_file():
         return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ModelLoadError(f"{path} cannot be read ({type(e).__name__}: {e.strerror or e})") from None
+    except ValueError as e:
+        raise ModelLoadError(f"{path}: malformed JSON ({e})") from None
 
 
 def _st_settings(path: str) -> dict:
     """Pooling / normalisation / max length of a local sentence-transformers folder (or Hub id)."""
     p = Path(path)
     if not p.is_dir():
-        try:
-            from huggingface_hub import snapshot_download
+        # a Hub id: its *.json files (a plain transformers checkpoint has no sentence-transformers
+        # ones, and gets the defaults); a Hub that cannot be reached is an error, not mean pooling
+        import huggingface_hub
 
-            p = Path(snapshot_download(path, allow_patterns=["*.json"]))
-        except Exception:  # no Hub: fall back to explicit arguments / defaults
-            return {}
+        from . import ModelLoadError, _hub_reason
+
+        try:
+            p = Path(huggingface_hub.snapshot_download(path, allow_patterns=["*.json"]))
+        except Exception as e:
+            raise ModelLoadError(f"{path}: the sentence-transformers configuration (pooling, normalisation) of the "
+                                 f"Hub model {path!r} cannot be fetched: {_hub_reason(e)}; {type(e).__name__}: "
+                                 f"{str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")) from None
     out: dict = {}
     own = _read_json(p / _CONFIG_NAME)
     if own:
