@@ -86,6 +86,25 @@ def stopwords_name(text: str) -> str | None:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def dtype_name(text: str) -> str:
+    """``type=`` for ``--dtype``: auto | fp32 | bf16 | fp16 (``float32``, ``bfloat16``, ``float16`` too)."""
+    from .precision import canonical_dtype
+
+    try:
+        return canonical_dtype(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_dtype_argument(parser, what: str = "encoding") -> None:
+    """``--dtype auto|fp32|bf16|fp16``, the one precision flag of every command that encodes or trains
+    (:mod:`hf_dr.precision`)."""
+    parser.add_argument("--dtype", type=dtype_name, default="auto", metavar="{auto,fp32,bf16,fp16}",
+                        help=f"precision of {what}: auto = bf16 on a GPU that supports it (fp16 on older ones), fp32 "
+                             "on CPU; bf16 / fp16 autocast on any device, the CPU included (fp16 training needs a "
+                             "GPU); fp32 = no autocast")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with errors as one line (``hf-dr evaluate: error: argument --top-k: ...``) and
     a pointer to ``--help`` instead of the whole usage text."""

@@ -147,7 +147,7 @@ def _corpus_pairs(corpus):
 
 def encode_to_folder(model, corpus, output: str | os.PathLike, *, model_name: str | None = None,
                      batch_size: int = 32, max_length: int | None = None, shard_size: int = DEFAULT_CHUNK_SIZE,
-                     device=None, dtype="auto", show_progress_bar: bool = True,
+                     device=None, dtype=None, show_progress_bar: bool = True,
                      rank: int | None = None, world_size: int | None = None,
                      restart: bool = False) -> Embeddings | None:
     """Encode ``corpus`` (a BEIR folder, read line by line; a :class:`~hf_dr.data.BeirData`; or
@@ -171,12 +171,9 @@ def encode_to_folder(model, corpus, output: str | os.PathLike, *, model_name: st
     if not doc_ids:
         raise ValueError("the corpus is empty: nothing to encode")
     settings = model.encoding_settings(is_query=False, max_length=max_length)
-    import torch
+    from .precision import encoding_dtype
 
-    if dtype == "auto" and torch.cuda.is_available() and (device is None or "cuda" in str(device)):
-        dtype_name = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
-    else:
-        dtype_name = "float32" if dtype in ("auto", None) else str(dtype).replace("torch.", "")
+    dtype_name = str(encoding_dtype(model, dtype, device)).replace("torch.", "")
     plan = {"format": FORMAT_VERSION, "model": str(model_name or getattr(getattr(model, "config", None),
                                                                            "_name_or_path", "") or type(model).__name__),
             "model_class": type(model).__name__, "model_fingerprint": model_fingerprint(model),

@@ -8,7 +8,8 @@ Every encoder of the suite (the generic :class:`DenseEncoder` baseline, ``BERMEn
   documents streams through it (:mod:`hf_dr.embeddings` writes each chunk as a shard);
 * each chunk is tokenised once by the fast tokenizer (no padding), then sorted by token
   length so that each batch pads as little as possible; results are restored to input order;
-* batches run under ``torch.inference_mode`` (and autocast to fp16/bf16 on GPU when asked);
+* batches run under ``torch.inference_mode`` and the autocast of ``dtype`` (:mod:`hf_dr.precision`:
+  ``auto`` = bf16/fp16 on a CUDA GPU, fp32 on CPU; an explicit ``bf16`` / ``fp16`` on any device);
 * dense outputs stay on the device until the chunk ends (no per-batch host sync), then
   come back as ``float32``; sparse outputs come back as ``scipy.sparse.csr_matrix``;
 * a tqdm progress bar shows documents, not batches.
@@ -65,17 +66,11 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 
 
 def _autocast(device: torch.device, dtype: str | torch.dtype | None):
-    """fp16/bf16 autocast on GPU; ``"auto"`` picks bf16 where supported, fp32 on CPU."""
-    if dtype in (None, "float32", torch.float32) or device.type == "cpu":
-        return contextlib.nullcontext()
-    if dtype == "auto":
-        if device.type != "cuda":
-            return contextlib.nullcontext()
-        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    if isinstance(dtype, str):
-        dtype = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16,
-                 "float16": torch.float16}[dtype]
-    return torch.autocast(device_type=device.type, dtype=dtype)
+    """The autocast context of ``dtype`` (:func:`hf_dr.precision.autocast`: ``auto`` = bf16 / fp16 on a
+    CUDA GPU, fp32 on CPU / MPS; an explicit ``bf16`` / ``fp16`` autocasts on every device, the CPU too)."""
+    from .precision import autocast
+
+    return autocast(device, dtype)
 
 
 def iter_encode(
@@ -207,6 +202,10 @@ class EncoderMixin:
     """
 
     output_is_sparse: bool = False
+    #: the precision of ``encode_*`` calls that pass no ``dtype`` (``auto`` | ``fp32`` | ``bf16`` | ``fp16``,
+    #: :mod:`hf_dr.precision`); the commands set it from ``--dtype``, so every encoding of a run (corpus,
+    #: queries, the dev set, pseudo-labels) uses the one precision asked for
+    encode_dtype: str = "auto"
 
     def encoding_settings(self, is_query: bool = False, max_length: int | None = None, tokenizer=None) -> dict:
         """The settings an encoding runs with: ``max_length`` (capped by the backbone's positions and
@@ -231,9 +230,11 @@ class EncoderMixin:
                 "pooling": getattr(self, "pooling", None), "normalize": getattr(self, "normalize", None)}
 
     def _iter_encode_texts(self, texts: Iterable[str], *, is_query: bool, batch_size=32, max_length=None,
-                           show_progress_bar=None, device=None, dtype="auto", convert_to="numpy",
+                           show_progress_bar=None, device=None, dtype=None, convert_to="numpy",
                            tokenizer=None, chunk_size: int = DEFAULT_CHUNK_SIZE, total: int | None = None):
         tokenizer = tokenizer or getattr(self, "tokenizer", None)
+        if dtype is None:
+            dtype = getattr(self, "encode_dtype", None) or "auto"
         settings = self.encoding_settings(is_query, max_length, tokenizer)
         prefix = settings["prefix"]
         if total is None and hasattr(texts, "__len__"):

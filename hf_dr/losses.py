@@ -3,15 +3,51 @@
 Shapes: ``B`` queries, ``N`` documents (``N = B * (1 + m)`` with ``m`` hard negatives per
 query, laid out ``[pos_0, neg_0_1..neg_0_m, pos_1, ...]``), ``d`` the embedding size.
 The training objectives in :mod:`hf_dr.objectives` turn a batch into these tensors.
+
+Mixed precision: under autocast (``--dtype bf16`` / ``fp16``) the embeddings arrive in 16 bits; every
+loss computes its scores and reductions in float32 with autocast off (:func:`full_precision`), so a
+dot product of SPLADE vectors times an inverse temperature cannot overflow fp16 (max 65504), a
+softmax / log-sum-exp is not taken in half precision, and the squares of the FLOPS regulariser do
+not underflow. The cost is a few ``[B, N]`` / ``[B, |V|]`` float32 tensors.
 """
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 
-__all__ = ["contrastive_loss", "margin_mse_loss", "kl_distillation_loss", "flops_loss", "ranknet_loss",
+__all__ = ["full_precision", "group_scores", "contrastive_loss", "margin_mse_loss", "kl_distillation_loss", "flops_loss", "ranknet_loss",
            "unit_mean_pool", "unit_balance_loss", "unit_extract_loss", "matching_representation"]
+
+
+def full_precision(*tensors: torch.Tensor):
+    """A context with autocast off on the tensors' device, and the tensors as float32 (a tuple)."""
+    dev = next((t.device.type for t in tensors if isinstance(t, torch.Tensor)), "cpu")
+    return _FullPrecision(dev, tensors)
+
+
+class _FullPrecision(contextlib.AbstractContextManager):
+    def __init__(self, device_type: str, tensors):
+        self._ctx = torch.autocast(device_type=device_type, enabled=False)
+        self.tensors = tensors
+
+    def __enter__(self):
+        self._ctx.__enter__()
+        return tuple(t.float() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in self.tensors)
+
+    def __exit__(self, *exc):
+        return self._ctx.__exit__(*exc)
+
+
+def group_scores(q: torch.Tensor, d: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    """``scale * <q_b, d_bg>``, float32 ``[B, group]``: each query against its own group of ``d``
+    (``[B * group, dim]``, laid out query by query), as Margin-MSE, RankNet, SPLADE and BERM's
+    distillation score their candidates."""
+    with full_precision(q, d) as (q, d):
+        B = q.shape[0]
+        return scale * torch.einsum("bd,bgd->bg", q, d.view(B, -1, d.shape[-1]))
 
 
 def contrastive_loss(q: torch.Tensor, d: torch.Tensor, targets: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
@@ -26,8 +62,8 @@ def contrastive_loss(q: torch.Tensor, d: torch.Tensor, targets: torch.Tensor, sc
         targets: ``[B]`` index of each query's positive in ``d``.
         scale: inverse temperature (1 for dot-product models, ~20 for cosine models).
     """
-    scores = scale * (q @ d.T)
-    return F.cross_entropy(scores, targets)
+    with full_precision(q, d) as (q, d):
+        return F.cross_entropy(scale * (q @ d.T), targets)
 
 
 def margin_mse_loss(pos_scores: torch.Tensor, neg_scores: torch.Tensor,
@@ -36,7 +72,8 @@ def margin_mse_loss(pos_scores: torch.Tensor, neg_scores: torch.Tensor,
 
     ``L = mean((s(q,d+) - s(q,d-) - (t(q,d+) - t(q,d-)))^2)``. All inputs are 1-D of equal length.
     """
-    return F.mse_loss(pos_scores - neg_scores, teacher_pos - teacher_neg)
+    with full_precision(pos_scores, neg_scores, teacher_pos, teacher_neg) as (p, n, tp, tn):
+        return F.mse_loss(p - n, tp - tn)
 
 
 def kl_distillation_loss(student_scores: torch.Tensor, teacher_scores: torch.Tensor,
@@ -45,9 +82,10 @@ def kl_distillation_loss(student_scores: torch.Tensor, teacher_scores: torch.Ten
 
     Both ``[B, C]``: scores of the same C candidates per query.
     """
-    t = F.log_softmax(teacher_scores / temperature, dim=-1)
-    s = F.log_softmax(student_scores / temperature, dim=-1)
-    return F.kl_div(s, t, log_target=True, reduction="batchmean")
+    with full_precision(student_scores, teacher_scores) as (student_scores, teacher_scores):
+        t = F.log_softmax(teacher_scores / temperature, dim=-1)
+        s = F.log_softmax(student_scores / temperature, dim=-1)
+        return F.kl_div(s, t, log_target=True, reduction="batchmean")
 
 
 def flops_loss(reps: torch.Tensor) -> torch.Tensor:
@@ -56,7 +94,8 @@ def flops_loss(reps: torch.Tensor) -> torch.Tensor:
     ``L = sum_j (mean_i |R_ij|)^2`` over a ``[B, |V|]`` batch of sparse representations: the
     squared mean activation of each vocabulary entry, which pushes rarely useful terms to 0.
     """
-    return torch.sum(torch.mean(torch.abs(reps), dim=0) ** 2)
+    with full_precision(reps) as (reps,):
+        return torch.sum(torch.mean(torch.abs(reps), dim=0) ** 2)
 
 
 # -- BERM (Xu et al. 2023, papers/000): unit-level constraints on the representations ------------
@@ -112,13 +151,14 @@ def unit_balance_loss(t_p: torch.Tensor, units: torch.Tensor, unit_mask: torch.T
     distribution and is left out of the mean; a batch without units gives 0.
     """
     mask = unit_mask.bool()
-    # a finite fill keeps rows without units finite (an all -inf row would give NaN gradients)
-    sim = torch.einsum("bd,bud->bu", t_p, units).float().masked_fill(~mask, _NEG)
-    n = mask.sum(1).clamp(min=1).to(sim.dtype)
-    log_s = torch.log_softmax(sim, dim=1).masked_fill(~mask, 0.0)
-    # KL(b || s) = sum_i b_i (log b_i - log s_i) = -log n - (1/n) sum_i log s_i
-    per_row = -torch.log(n) - log_s.sum(1) / n
-    return _mean_or_zero(per_row, _unit_rows(mask), t_p)
+    with full_precision(t_p, units) as (t_p, units):
+        # a finite fill keeps rows without units finite (an all -inf row would give NaN gradients)
+        sim = torch.einsum("bd,bud->bu", t_p, units).masked_fill(~mask, _NEG)
+        n = mask.sum(1).clamp(min=1).to(sim.dtype)
+        log_s = torch.log_softmax(sim, dim=1).masked_fill(~mask, 0.0)
+        # KL(b || s) = sum_i b_i (log b_i - log s_i) = -log n - (1/n) sum_i log s_i
+        per_row = -torch.log(n) - log_s.sum(1) / n
+        return _mean_or_zero(per_row, _unit_rows(mask), t_p)
 
 
 def matching_representation(t_q: torch.Tensor, t_p: torch.Tensor) -> torch.Tensor:
@@ -142,8 +182,13 @@ def unit_extract_loss(t_q: torch.Tensor, t_p: torch.Tensor, units: torch.Tensor,
     A one-unit passage with label 0 has loss exactly 0; a batch without a usable row gives 0.
     """
     mask = unit_mask.bool()
+    with full_precision(t_q, t_p, units) as (t_q, t_p, units):
+        return _extract(t_q, t_p, units, mask, labels)
+
+
+def _extract(t_q, t_p, units, mask, labels):
     m = matching_representation(t_q, t_p)
-    scores = torch.einsum("bd,bud->bu", m, units).float().masked_fill(~mask, _NEG)
+    scores = torch.einsum("bd,bud->bu", m, units).masked_fill(~mask, _NEG)
     labels = labels.to(scores.device).long()
     U = mask.shape[1]
     safe = labels.clamp(min=0, max=max(U - 1, 0))
@@ -161,4 +206,5 @@ def ranknet_loss(pos_scores: torch.Tensor, neg_scores: torch.Tensor) -> torch.Te
     ``softplus(-(S+ - S-))``, the same value without overflow for large margins.
     Both inputs are 1-D of equal length (one entry per (q, d+, d-) triplet).
     """
-    return F.softplus(neg_scores - pos_scores).mean()
+    with full_precision(pos_scores, neg_scores) as (pos_scores, neg_scores):
+        return F.softplus(neg_scores - pos_scores).mean()

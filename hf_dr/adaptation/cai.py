@@ -67,8 +67,13 @@ def _done(d: Path, params: dict) -> None:
     atomic_write_json(d / "DONE.json", params, indent=1)
 
 
-def run_cai(a: CAIArguments) -> dict:
-    """Run the chain; returns ``{"model_dir": ..., "metrics": {variant: {...}}}``."""
+def run_cai(a: CAIArguments, dtype: str | None = None) -> dict:
+    """Run the chain; returns ``{"model_dir": ..., "metrics": {variant: {...}}}``. ``dtype`` (``auto`` |
+    ``fp32`` | ``bf16`` | ``fp16``, :mod:`hf_dr.precision`): the Trainer's mixed precision of the MLM and
+    SPLADE stages and the precision of the evaluation's encoding (``None``: fp32 training)."""
+    from ..precision import training_precision
+
+    precision = training_precision(dtype) if dtype is not None else {}
     from transformers import AutoModelForMaskedLM, AutoTokenizer, TrainingArguments, set_seed
 
     from ..data import RetrievalCollator, load_beir
@@ -110,7 +115,7 @@ def run_cai(a: CAIArguments) -> dict:
     # 2. continual MLM on the target corpus
     if a.continual_mlm:
         params = {"from": current, "target": str(a.target_data), "steps": a.mlm_steps, "bs": a.mlm_batch_size,
-                  "len": a.mlm_max_length, "lr": a.mlm_learning_rate, "seed": a.seed}
+                  "len": a.mlm_max_length, "lr": a.mlm_learning_rate, "seed": a.seed, **precision}
         d, done = _stage(out, "2-mlm", params)
         if not done:
             set_seed(a.seed)
@@ -119,7 +124,7 @@ def run_cai(a: CAIArguments) -> dict:
             targs = TrainingArguments(output_dir=str(d), max_steps=a.mlm_steps, per_device_train_batch_size=a.mlm_batch_size,
                                       learning_rate=a.mlm_learning_rate, warmup_steps=max(1, a.mlm_steps // 10),
                                       logging_steps=max(1, a.mlm_steps // 20), save_strategy="no", report_to="none",
-                                      seed=a.seed, remove_unused_columns=False)
+                                      seed=a.seed, remove_unused_columns=False, **precision)
             trainer = train_mlm(model, tok, target_texts, targs, MLMArguments(max_length=a.mlm_max_length))
             (d / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1))
             _done(d, params)
@@ -130,7 +135,7 @@ def run_cai(a: CAIArguments) -> dict:
     if a.train_splade:
         params = {"from": current, "source": str(a.source_data), "steps": a.splade_steps, "bs": a.splade_batch_size,
                   "lr": a.splade_learning_rate, "lq": a.lambda_q, "ld": a.lambda_d, "warm": a.flops_warmup_steps,
-                  "qlen": a.query_max_length, "dlen": a.doc_max_length, "seed": a.seed}
+                  "qlen": a.query_max_length, "dlen": a.doc_max_length, "seed": a.seed, **precision}
         d, done = _stage(out, "3-splade", params)
         if not done:
             source = load_beir(a.source_data, split=a.source_split)
@@ -143,7 +148,7 @@ def run_cai(a: CAIArguments) -> dict:
                 output_dir=str(d), max_steps=a.splade_steps, per_device_train_batch_size=a.splade_batch_size,
                 learning_rate=a.splade_learning_rate, warmup_steps=max(1, a.splade_steps // 10),
                 lr_scheduler_type="linear", logging_steps=max(1, a.splade_steps // 20), save_strategy="no",
-                seed=a.seed, train_sampling_strategy="sequential")
+                seed=a.seed, train_sampling_strategy="sequential", **precision)
             trainer = RetrievalTrainer(model=model, args=targs, train_dataset=rows,
                                        data_collator=RetrievalCollator(model.tokenizer, a.query_max_length, a.doc_max_length),
                                        objective=SpladeObjective(a.lambda_q, a.lambda_d, a.flops_warmup_steps))
@@ -162,6 +167,8 @@ def run_cai(a: CAIArguments) -> dict:
         _is_splade_folder(current) else SPLADECAI.from_backbone(current)
     model.config.idf_exponent = a.idf_exponent
     model.fit_idf(target_texts)
+    if dtype is not None:
+        model.encode_dtype = dtype
     with final_output(final) as tmp:
         model.save_pretrained(tmp)
     report["model_dir"] = str(final)

@@ -7,7 +7,7 @@ or ``torchrun``: each process encodes its own shards). ``hf-dr evaluate --embedd
 
 from __future__ import annotations
 
-from ..cli import positive_int
+from ..cli import add_dtype_argument, positive_int
 
 
 def register(sub) -> None:
@@ -24,8 +24,7 @@ def register(sub) -> None:
                    help="documents per shard (default 8192): the unit of resumption and of memory")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: a GPU when there is one; "
                                                   "under accelerate each process its own)")
-    p.add_argument("--dtype", choices=("auto", "float32", "bf16", "fp16"), default="auto",
-                   help="autocast on GPU (auto: bf16 where supported); CPU always float32")
+    add_dtype_argument(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--overwrite", action="store_true",
                    help="replace a non-empty --output (once the new folder is complete; never one holding --data or "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..cli import finite_float, positive_int, stemmer_name, stopwords_name
+from ..cli import add_dtype_argument, finite_float, positive_int, stemmer_name, stopwords_name
 from ..retrieval.retriever import RETRIEVER_KINDS
 
 
@@ -57,6 +57,7 @@ def register(sub) -> None:
     add_qdrant_arguments(p)
     p.add_argument("--max-queries", type=positive_int, default=None, help="evaluate the first N judged queries only")
     p.add_argument("--device", default=None)
+    add_dtype_argument(p, "encoding the corpus and the queries")
     p.set_defaults(func=run)
 
 
@@ -89,6 +90,8 @@ def qdrant_retriever(args):
         encoders = {"dense": load_encoder(args.model, kind="dense")}
         if args.retriever == "hybrid":
             encoders["sparse"] = load_encoder(args.sparse_model, kind="sparse")
+    for e in encoders.values():
+        e.encode_dtype = args.dtype
     return QdrantRetriever(store_from_args(args), encoders, mode=args.retriever, exact=not args.approximate,
                            fusion=fusion, batch_size=args.batch_size)
 
@@ -157,6 +160,15 @@ def check_model_args(args) -> None:
         check_model(args.sparse_model, kind="sparse")
 
 
+def _dtype_info(args) -> dict:
+    """The precision the model encoded in (``fp32`` / ``bf16`` / ``fp16``), for metrics.json."""
+    if args.retriever == "bm25":
+        return {}
+    from ..precision import dtype_name
+
+    return {"dtype": dtype_name(args.dtype, args.device)}
+
+
 def run(args) -> int:
     from ..cli import CLIError
     from ..data import load_beir
@@ -181,7 +193,7 @@ def run(args) -> int:
     else:
         retriever = build_retriever(
             args.retriever, data, args.model, embeddings=args.embeddings, batch_size=args.batch_size,
-            max_length=args.max_length, device=args.device, bm25_stemmer=args.bm25_stemmer,
+            max_length=args.max_length, device=args.device, dtype=args.dtype, bm25_stemmer=args.bm25_stemmer,
             bm25_stopwords=args.bm25_stopwords, hybrid_second=args.hybrid_second, fusion=args.fusion or "zscore",
             fusion_weights=args.fusion_weights, **index_options(args))
     result = evaluate(retriever, data, k=args.top_k, metrics=args.metrics or DEFAULT_METRICS,
@@ -189,7 +201,7 @@ def run(args) -> int:
     ignore = data.ignore_identical_ids if args.ignore_identical_ids is None else args.ignore_identical_ids
     info = {**retriever.info(), "model": args.model, "sparse_model": args.sparse_model, "embeddings": args.embeddings, "data": str(data.name),
             "split": data.split, "n_queries": len(queries), "n_docs": len(data.corpus),
-            "ignore_identical_ids": bool(ignore), "seconds": round(time.perf_counter() - t0, 2)}
+            "ignore_identical_ids": bool(ignore), **_dtype_info(args), "seconds": round(time.perf_counter() - t0, 2)}
     name = args.retriever if not args.model else f"{args.retriever}: {Path(args.model).name}"
     print(format_table({name: result.aggregate}, list(result.aggregate)))
     print(f"{result.n_queries} queries, {info['n_docs']} documents, {info['seconds']} s"

@@ -82,7 +82,8 @@ def train_on_pseudo_labels(model, train, output_dir: str | Path, dev=None, *, ob
                            teacher_scores: bool = False, max_length: int = 350, learning_rate: float = 2e-6,
                            batch_size: int = 8, max_steps: int = 10_000, eval_steps: int = 1000,
                            dev_max_length: int | None = None, seed: int = 42, logging_steps: int = 50,
-                           save_total_limit: int | None = 2, resume_from_checkpoint=None, **training_kwargs):
+                           save_total_limit: int | None = 2, resume_from_checkpoint=None, dtype: str | None = None,
+                           **training_kwargs):
     """Train ``model`` on pseudo-label triplets (rows ``query, pos, neg``, and ``pos_score`` /
     ``neg_score`` for ``teacher_scores``) with ``objective`` (default RankNet) through the one
     :class:`~hf_dr.training.RetrievalTrainer`. With ``dev`` (rows ``query_id, query, doc_id, doc,
@@ -91,7 +92,9 @@ def train_on_pseudo_labels(model, train, output_dir: str | Path, dev=None, *, ob
     are in ``trainer.state.log_history``, ``eval_ndcg@10``). ``collator`` defaults to a
     :class:`~hf_dr.data.RetrievalCollator` (with the ``scores`` column when ``teacher_scores``).
     ``resume_from_checkpoint`` as :meth:`RetrievalTrainer.train` reads it (``"last"``: the newest
-    complete checkpoint of ``output_dir``). Returns the trainer.
+    complete checkpoint of ``output_dir``). ``dtype`` (``auto`` | ``fp32`` | ``bf16`` | ``fp16``,
+    :mod:`hf_dr.precision`): the Trainer's mixed precision and the precision of the dev set's encoding
+    (``None``: neither is changed). Returns the trainer.
     """
     from ..data import RetrievalCollator
     from ..evaluation import RerankEvaluator
@@ -107,6 +110,11 @@ def train_on_pseudo_labels(model, train, output_dir: str | Path, dev=None, *, ob
         train = with_teacher_scores(train)
     has_dev = dev is not None and len(dev) > 0
     eval_steps = min(eval_steps, max_steps)
+    if dtype is not None:
+        from ..precision import training_precision
+
+        training_kwargs = {**training_kwargs, **training_precision(dtype)}
+        model.encode_dtype = dtype
     args = RetrievalTrainingArguments(
         output_dir=str(output_dir), per_device_train_batch_size=batch_size, learning_rate=learning_rate,
         weight_decay=0.0, max_steps=max_steps, lr_scheduler_type="cosine", logging_steps=logging_steps,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..losses import kl_distillation_loss, unit_balance_loss, unit_extract_loss, unit_mean_pool
+from ..losses import group_scores, kl_distillation_loss, unit_balance_loss, unit_extract_loss, unit_mean_pool
 from .contrastive import ContrastiveObjective
 from .scale import resolve_scale
 
@@ -73,7 +73,7 @@ class BERMObjective:
         else:
             if "teacher_scores" not in inputs:
                 raise KeyError("base='distillation' needs teacher_scores in the batch (a 'scores' column)")
-            s = torch.einsum("bd,bgd->bg", q, d.view(B, group, -1))
+            s = group_scores(q, d)
             loss = kl_distillation_loss(s, inputs["teacher_scores"].to(s.dtype), self.temperature)
             logs = {"distillation_loss": loss.detach()}
         if not self.uses_units:

@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 
 from ..encoding import embed
-from ..losses import contrastive_loss, margin_mse_loss
+from ..losses import contrastive_loss, group_scores, margin_mse_loss
 from .scale import resolve_scale
 
 
@@ -80,9 +80,7 @@ class MarginMSEObjective:
 
     def __call__(self, model, inputs):
         q, d = embed_batch(model, inputs)
-        B = q.shape[0]
-        d = d.view(B, -1, d.shape[-1])
-        s = resolve_scale(self.scale, model) * torch.einsum("bd,bgd->bg", q, d)
+        s = group_scores(q, d, resolve_scale(self.scale, model))
         t = inputs["teacher_scores"].to(s.dtype)
         m = s.shape[1] - 1
         loss = margin_mse_loss(s[:, :1].expand(-1, m).reshape(-1), s[:, 1:].reshape(-1),

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from ..encoding import embed
-from ..losses import ranknet_loss
+from ..losses import group_scores, ranknet_loss
 from .scale import resolve_scale
 
 __all__ = ["RankNetObjective"]
@@ -35,8 +35,7 @@ class RankNetObjective:
         q = embed(model, inputs["query_input_ids"], inputs["query_attention_mask"], is_query=True)
         with torch.no_grad() if self.freeze_documents else torch.enable_grad():
             d = embed(model, inputs["doc_input_ids"], inputs["doc_attention_mask"], is_query=False)
-        B = q.shape[0]
-        s = resolve_scale(self.scale, model) * torch.einsum("bd,bgd->bg", q, d.view(B, -1, d.shape[-1]))
+        s = group_scores(q, d, resolve_scale(self.scale, model))
         m = s.shape[1] - 1
         if m < 1:
             raise ValueError("RankNet needs at least one negative per row (a 'neg' column)")

@@ -9,7 +9,7 @@ import torch
 from transformers import TrainerCallback
 
 from ..encoding import embed
-from ..losses import contrastive_loss, flops_loss, margin_mse_loss
+from ..losses import contrastive_loss, flops_loss, group_scores, margin_mse_loss
 from .scale import resolve_scale
 
 __all__ = ["SpladeObjective", "FlopsWarmupCallback"]
@@ -59,8 +59,7 @@ class SpladeObjective:
         B = q.shape[0]
         group = d.shape[0] // B
         if "teacher_scores" in inputs:
-            dg = d.view(B, group, -1)
-            s = resolve_scale(self.scale, model) * torch.einsum("bv,bgv->bg", q, dg)
+            s = group_scores(q, d, resolve_scale(self.scale, model))
             t = inputs["teacher_scores"].to(s.dtype)
             m = group - 1
             rank = margin_mse_loss(s[:, :1].expand(-1, m).reshape(-1), s[:, 1:].reshape(-1),

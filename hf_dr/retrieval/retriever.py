@@ -219,7 +219,7 @@ def _none(x):
 
 
 def build_retriever(kind: str, data, model=None, *, embeddings=None, batch_size: int = 32,
-                    max_length: int | None = None, device=None, bm25_stemmer: str | None = "english",
+                    max_length: int | None = None, device=None, dtype: str | None = None, bm25_stemmer: str | None = "english",
                     bm25_stopwords: str | None = "en", hybrid_second: str | None = None, fusion: str = "zscore",
                     fusion_weights: Sequence[float] = (1.0, 1.0), show_progress_bar: bool | None = True,
                     **index_kwargs) -> Retriever:
@@ -229,6 +229,8 @@ def build_retriever(kind: str, data, model=None, *, embeddings=None, batch_size:
     ``hybrid_second``, default: the model's own kind). ``model``: a folder / Hub id or a loaded
     encoder. ``embeddings``: an embeddings folder of the corpus to use instead of encoding it.
     ``index_kwargs``: dense index options (``index_type``, ``hnsw_m``, ``nlist``, ``use_gpu``...).
+    ``dtype``: the precision the model encodes the corpus and the queries in (``auto`` | ``fp32`` | ``bf16``
+    | ``fp16``, :mod:`hf_dr.precision`; default: the encoder's own ``encode_dtype``).
     """
     if kind not in RETRIEVER_KINDS:
         raise ValueError(f"unknown retriever {kind!r}: choose {', '.join(RETRIEVER_KINDS)}")
@@ -249,6 +251,8 @@ def build_retriever(kind: str, data, model=None, *, embeddings=None, batch_size:
         from ..encoding import resolve_device
 
         encoder.to(resolve_device(device))
+    if dtype is not None:
+        encoder.encode_dtype = dtype
     is_sparse = bool(getattr(encoder, "output_is_sparse", False))
     if want == "sparse" and not is_sparse:
         raise ValueError(f"{model} is not a sparse model")

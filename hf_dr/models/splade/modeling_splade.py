@@ -61,11 +61,16 @@ class _MaxPooledDecoder:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         w, b = self.decoder.weight, self.decoder.bias
         V, blk = w.shape[0], self.block
-        out = torch.full((x.shape[0], V), torch.finfo(x.dtype).min, dtype=x.dtype, device=x.device)
+        # the projection's dtype, not x's: under autocast LayerNorm may hand over float32 (CUDA does)
+        # while the matmul runs in bf16 / fp16; the maxima and the padding fill are in that dtype
+        dt = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) \
+            and x.dtype.is_floating_point else torch.promote_types(x.dtype, w.dtype)
+        low = torch.finfo(dt).min
+        out = torch.full((x.shape[0], V), low, dtype=dt, device=x.device)
         if x.is_cuda if self.batched is None else self.batched:  # GPU: one big launch per block, whole batch
             pad = ~self.mask.unsqueeze(-1)
             for s in range(0, V, blk):
-                lg = torch.matmul(x, w[s:s + blk].t()).masked_fill_(pad, torch.finfo(x.dtype).min)
+                lg = torch.matmul(x, w[s:s + blk].t()).masked_fill_(pad, low)
                 torch.amax(lg, dim=1, out=out[:, s:s + blk])
         else:
             for i in range(x.shape[0]):
