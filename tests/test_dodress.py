@@ -238,9 +238,12 @@ def test_k_larger_than_a_query_candidate_list_is_counted(tmp_path, tiny_encoder,
     unique = next(w for w, c in sorted(words.items()) if c == 1 and w.isalpha() and len(w) > 6
                   and 0 < len(bm25.search({"u": w}, top_k=100)["u"]) < 3)
     n_hits = len(bm25.search({"u": unique}, top_k=100)["u"])
-    res = build_pseudo_labels(scifact200, tmp_path / "o", PseudoLabelConfig(k=3, m=2, negatives="random", dev_queries=0),
+    res = build_pseudo_labels(scifact200, tmp_path / "o", PseudoLabelConfig(k=3, m=2, negatives="random", dev_queries=0,
+                                                                          keep_degenerate=True),
                               dense_encoder=tiny_encoder, dense_name="tiny", queries={"u": unique},
                               show_progress_bar=False)
+    # fewer than k + m candidates: degenerate (reported; kept here, dropped by default)
+    assert res.stats["degenerate"]["ids"] == {"u": ["few_candidates"]}
     assert res.stats["queries_with_fewer_than_k_candidates"] == 1
     assert len(set(res.train["pos_id"])) == n_hits and len(res.train) == n_hits * 2
 
@@ -252,15 +255,28 @@ def test_fusion_reranker_is_the_spines_zscore_fusion(tiny_encoder, scifact200):
 
     bm25 = BM25Index.from_beir(scifact200)
     emb = tiny_encoder.encode_corpus(scifact200.doc_texts())
-    rr = FusionReranker(bm25, tiny_encoder, doc_embeddings=emb, encoder_name="tiny")
+    # a list of reference_size documents (or more) is normalised over itself: the plain fusion of the list
+    rr = FusionReranker(bm25, tiny_encoder, doc_embeddings=emb, encoder_name="tiny", reference_size=20)
     q = {"q": "protein folding in cells"}
     cand = bm25.search(q, top_k=20)
     got = rr.rerank(cand, q, show_progress_bar=False)["q"]
     qv = tiny_encoder.encode_queries([q["q"]])[0]
     idx = {d: i for i, d in enumerate(scifact200.doc_ids())}
-    dense = {"q": {d: float(emb[idx[d]] @ qv) for d in cand["q"]}}
+
+    def dense_of(ids):
+        return {"q": {d: float(emb[idx[d]] @ qv) for d in ids}}
+
+    dense = dense_of(cand["q"])
     want = fuse([cand, dense], method="zscore")["q"]
     assert got.keys() == want.keys() and all(got[d] == pytest.approx(want[d], abs=1e-5) for d in got)
+    # a shorter list (the default reference size, 100): normalised over the list topped up with a corpus sample
+    wide = FusionReranker(bm25, tiny_encoder, doc_embeddings=emb, encoder_name="tiny")
+    ref = wide.reference_ids("q", cand["q"])
+    assert len(ref) == 100 and ref[:20] == list(cand["q"])
+    lex = {"q": dict(zip(ref, bm25.score(q["q"], [idx[d] for d in ref]).tolist()))}
+    want_wide = fuse([cand, dense], method="zscore", references=[lex, dense_of(ref)])["q"]
+    got_wide = wide.rerank(cand, q, show_progress_bar=False)["q"]
+    assert all(got_wide[d] == pytest.approx(want_wide[d], abs=1e-5) for d in got_wide)
     # a document outside the list is scored on the candidates' scale
     other = next(d for d in scifact200.doc_ids() if d not in cand["q"])
     s = rr.score_documents("q", q["q"], [other, next(iter(cand["q"]))], cand["q"])
@@ -445,7 +461,12 @@ def test_cli_label(tmp_path, tiny_bert_dir, scifact200, capsys):
     assert main(argv) == 0
     ds = load_from_disk(str(out))
     assert {"query_id", "query", "pos_id", "pos", "neg_id", "neg"} <= set(ds.column_names)
-    assert len(ds) == 10 * 10 and (out / "README.md").is_file()
+    # 10 training queries, less those with fewer than k + m = 11 BM25 candidates in this 200-document slice
+    stats = __import__("json").loads((out / "stats.json").read_text())
+    thin = stats["degenerate"]["ids"]
+    assert thin and all(v == ["few_candidates"] for v in thin.values()) and not set(thin) & set(ds["query_id"])
+    assert stats["train_queries"] + stats["dev_queries"] == 12 - len(thin)
+    assert len(ds) == 10 * stats["train_queries"] and (out / "README.md").is_file()
     assert main(argv[:-4] + ["--negatives", "hard", "--output", str(out)]) == 2
     assert "unknown negative sampler 'hard'" in capsys.readouterr().err
     assert main(argv[:4] + ["test"] + argv[5:]) == 2

@@ -35,6 +35,10 @@ def register(sub) -> None:
     p.add_argument("--embeddings", default=None,
                    help="embeddings folder of the corpus by --dense-model (hf-dr encode): no re-encoding")
     p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--keep-degenerate", action="store_true",
+                   help="keep the queries whose labels are degenerate (fewer than k + m BM25 candidates, non-finite "
+                        "or all-equal teacher scores, teacher margins beyond the teacher's sane bound; see "
+                        "docs/dodress.md); by default they are reported and dropped")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cache-dir", default=None,
                    help="stage cache, keyed on the content of the inputs (default: .OUTPUT.cache beside the output "
@@ -50,14 +54,14 @@ def run(args) -> int:
     from ..cli import CLIError
     from ..data.beir import load_training_queries
     from ..io import check_output_folder, local_inputs
-    from ..labeling.pseudo_relevance import PseudoLabelConfig, build_pseudo_labels, resolve_cache_dir
+    from ..labeling.pseudo_relevance import PseudoLabelConfig, build_pseudo_labels, degenerate_summary, resolve_cache_dir
     from ..models import check_model, load_encoder
 
     cfg = PseudoLabelConfig(split=args.split, bm25_top=args.bm25_top, k=args.k, m=args.m, negatives=args.negatives,
                             simans_top_k=args.simans_top_k,
                             simans_score_scale=args.simans_score_scale, dev_queries=args.dev_queries,
                             max_queries=args.max_queries, seed=args.seed, dense_max_length=args.max_length,
-                            batch_size=args.batch_size)
+                            batch_size=args.batch_size, keep_degenerate=args.keep_degenerate)
     try:
         cfg.validate()
     except ValueError as e:
@@ -86,6 +90,9 @@ def run(args) -> int:
     s = labels.stats
     print(f"{s['triplets']} triplets from {s['train_queries']} queries; dev set: {s['dev_rows']} rows from "
           f"{s['dev_queries']} queries; {s['queries_without_bm25_hits']} queries without BM25 hits")
+    summary = degenerate_summary(s)
+    if summary:
+        print(summary)
     print(f"wrote {args.output} (datasets.load_from_disk), {args.output}/dev, {args.output}/data/*.parquet, "
           f"{args.output}/README.md")
     return 0

@@ -50,12 +50,30 @@ from tqdm.auto import tqdm
 from ..embeddings import corpus_fingerprint, model_fingerprint
 from ..io import check_output_folder, local_inputs, output_folder, public_name
 from .negatives import SAMPLERS, _check_sampler, sample_negatives
-from .rerankers import Reranker, get_reranker
+from .rerankers import FUSION_REFERENCE_SIZE, FusionReranker, Reranker, get_reranker
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["PseudoLabelConfig", "PseudoLabels", "build_pseudo_labels", "StageCache", "write_dataset_card",
-           "default_cache_dir", "resolve_cache_dir"]
+           "default_cache_dir", "resolve_cache_dir", "degenerate_summary", "DEGENERATE_RULE"]
+
+#: what makes a query's labels degenerate (#21); the reasons, as stats.json names them
+DEGENERATE_RULE = {
+    "no_bm25_hit": "BM25 finds no candidate (no query term in the corpus): nothing to label, always left out",
+    "few_candidates": "fewer than k + m BM25 candidates: too few ranked documents for the k pseudo-positives and "
+                      "m negatives (e.g. a one-word query that matches two documents)",
+    "non_finite": "a teacher score (of a candidate or of a sampled negative) is NaN or infinite",
+    "zero_variance": "the teacher scores all the query's candidates alike: the pseudo-positives are a tie broken "
+                     "by document id and every margin among them is 0",
+    "margin_out_of_bound": "a triplet's |pos_score - neg_score| exceeds the teacher's margin_bound, the widest "
+                           "margin its scale produces (fusion: 2 * sum|w| * sqrt(n - 1) over its reference set of "
+                           "n documents; monoT5: 1; no bound for other teachers)",
+}
+#: bumped when the rule or the teacher's normalisation changes what the triplet stage writes
+DEGENERATE_RULE_VERSION = 1
+_REASON_TEXT = {"no_bm25_hit": "without any BM25 hit", "few_candidates": "with fewer than {need} BM25 candidates (k + m)",
+                "non_finite": "with non-finite teacher scores", "zero_variance": "with zero-variance teacher scores",
+                "margin_out_of_bound": "with a teacher margin beyond ±{bound}"}
 
 TRAIN_COLUMNS = ["query_id", "query", "pos_id", "pos", "neg_id", "neg", "pos_score", "neg_score"]
 DEV_COLUMNS = ["query_id", "query", "doc_id", "doc", "label"]
@@ -84,6 +102,8 @@ class PseudoLabelConfig:
     seed: int = field(default=0, metadata={"help": "seed of the dev split and of the samplers"})
     dense_max_length: int | None = field(default=None, metadata={"help": "max tokens when encoding with the dense model"})
     batch_size: int = field(default=32, metadata={"help": "encoding batch size"})
+    keep_degenerate: bool = field(default=False, metadata={
+        "help": "keep the rows of queries whose labels are degenerate (DEGENERATE_RULE; always reported)"})
 
     #: the command-line flag of each count (named in the errors)
     _FLAGS = {"bm25_top": "--bm25-top", "k": "--k", "m": "--m", "simans_top_k": "--simans-top-k",
@@ -92,6 +112,8 @@ class PseudoLabelConfig:
 
     def validate(self) -> None:
         _check_sampler(self.negatives)
+        if not isinstance(self.keep_degenerate, (bool, np.bool_)):
+            raise ValueError(f"keep_degenerate must be True or False (got {self.keep_degenerate!r})")
         if self.split == "test":
             raise ValueError("pseudo-labels are built from training queries; the test split is for evaluation only")
         minimum = {"bm25_top": 1, "k": 1, "m": 1, "simans_top_k": 1, "dev_queries": 0, "dev_positives": 1,
@@ -311,9 +333,16 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
     ``output_dir`` is checked first (before any work) and written whole: into a temporary sibling
     renamed into place at the end, so a crash leaves the previous folder (or none), never a mix.
 
-    Queries without any BM25 hit are skipped (counted on the card); a query with fewer than
-    ``k`` candidates keeps the ones it has; fewer than ``m`` available negatives keeps what
-    there is. Nothing usable at all raises ``ValueError`` — never a silent empty dataset.
+    **Degenerate queries** (#21) — no BM25 hit, fewer than ``k + m`` BM25 candidates, a
+    non-finite teacher score, a teacher that scores all the candidates alike, or a triplet
+    margin beyond the teacher's ``margin_bound`` (:data:`DEGENERATE_RULE`) — are reported
+    (``stats["degenerate"]``: counts by reason and the ids; the card; a logged warning,
+    :func:`degenerate_summary`) and their rows dropped from the triplets and the dev set, unless
+    ``config.keep_degenerate`` (queries without a hit have no rows to keep). Dropping removes
+    those rows only: the dev split and every other query's rows are those of a kept run. With
+    ``keep_degenerate``, a query with fewer than ``k`` candidates keeps the ones it has and a
+    positive with fewer than ``m`` available negatives keeps what there is (both counted).
+    Nothing usable at all raises ``ValueError`` — never a silent empty dataset.
     """
     from ..retrieval import BM25Index, BM25Retriever, EncoderRetriever
 
@@ -397,13 +426,20 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
     # 3. rerank
     rr_name = _reranker_name(reranker, dense_name)
     rr_ident = _reranker_identity(reranker)
+    # the fusion teacher normalises over at least max(bm25_top, 100) documents (#21): its scale is in the key
+    ref_size = max(config.bm25_top, FUSION_REFERENCE_SIZE)
+    if isinstance(reranker, str) and reranker == "fusion":
+        rr_ident["normalisation"] = FusionReranker.normalisation_of(ref_size)
+    elif getattr(reranker, "normalisation", None) is not None:
+        rr_ident["normalisation"] = reranker.normalisation
     rr_key = {**bm25_key, "reranker": rr_ident, **({"dense": dense_key} if rr_name.startswith("fusion") else {})}
     rr_state = {"obj": reranker if not isinstance(reranker, str) else None}
 
     def get_reranker_obj() -> Reranker:
         if rr_state["obj"] is None:
             rr_state["obj"] = get_reranker(reranker, bm25=get_bm25(), encoder=dense_encoder, encoder_name=dense_name,
-                                           batch_size=config.batch_size)
+                                           batch_size=config.batch_size,
+                                           **({"reference_size": ref_size} if reranker == "fusion" else {}))
         r = rr_state["obj"]
         if hasattr(r, "query_embeddings") and getattr(r, "doc_embeddings", 0) is None:
             r.doc_embeddings = doc_emb()
@@ -430,12 +466,27 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
     dev_q = sorted(labelled[i] for i in split_rng.permutation(len(labelled))[:n_dev])
     dev_set = set(dev_q)
     train_q = [q for q in labelled if q not in dev_set]
+    need = config.k + config.m
+    bound = _teacher_margin_bound(reranker, ref_size, len(doc_ids))
+
+    def early_reasons(q) -> list[str]:
+        """The degenerate reasons known before sampling (DEGENERATE_RULE)."""
+        reasons = ["few_candidates"] if len(bm25_run[q]) < need else []
+        v = np.fromiter(reranked[q].values(), dtype=np.float64, count=len(reranked[q]))
+        if not np.all(np.isfinite(v)):
+            reasons.append("non_finite")
+        elif v.size >= 2 and v.max() == v.min():
+            reasons.append("zero_variance")
+        return reasons
+
     trip_key = {**rr_key, "cfg": {k: v for k, v in asdict(config).items() if k not in ("batch_size", "split")},
+                "degenerate_rule": DEGENERATE_RULE_VERSION,
                 "dense": dense_key if dense_run is not None else None}
 
     def make():
         rng = np.random.default_rng([config.seed, 1])
         rows, short_k, short_m, outside = [], 0, 0, 0
+        degenerate: dict[str, list[str]] = {}
         for q in tqdm(train_q, desc=f"Sampling {config.negatives} negatives", disable=not show_progress_bar):
             ranked = sorted(reranked[q].items(), key=lambda x: (-x[1], x[0]))
             positives = [d for d, _ in ranked[: config.k]]
@@ -463,12 +514,24 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
             if extra:  # teacher scores of negatives outside the reranked list
                 scores.update(zip(extra, map(float, get_reranker_obj().score_documents(
                     q, queries[q], extra, bm25_run[q]))))
-            for pos, n in pairs:
-                rows.append({"query_id": q, "query": queries[q], "pos_id": pos, "pos": texts[index_of[pos]],
-                             "neg_id": n, "neg": texts[index_of[n]], "pos_score": float(scores[pos]),
-                             "neg_score": float(scores[n])})
+            q_rows = [{"query_id": q, "query": queries[q], "pos_id": pos, "pos": texts[index_of[pos]],
+                       "neg_id": n, "neg": texts[index_of[n]], "pos_score": float(scores[pos]),
+                       "neg_score": float(scores[n])} for pos, n in pairs]
+            reasons = early_reasons(q)
+            margins = np.array([r["pos_score"] - r["neg_score"] for r in q_rows], dtype=np.float64)
+            if not np.all(np.isfinite(margins)) and "non_finite" not in reasons:
+                reasons.append("non_finite")
+            elif bound is not None and margins.size and np.all(np.isfinite(margins)) \
+                    and np.abs(margins).max() > bound:
+                reasons.append("margin_out_of_bound")
+            if reasons:
+                degenerate[q] = reasons
+            if not reasons or config.keep_degenerate:  # dropping happens after sampling: others unchanged
+                rows += q_rows
         if not rows:
-            raise ValueError("no triplet could be built: every query lacked positives or negatives")
+            raise ValueError("no triplet could be built: every query lacked positives or negatives"
+                             + (f" or had degenerate labels ({len(degenerate)} dropped; --keep-degenerate / "
+                                "keep_degenerate=True keeps them)" if degenerate else ""))
         dev_rng = np.random.default_rng([config.seed, 2])
         dev_rows = []
         for q in dev_q:
@@ -476,6 +539,11 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
             positives = [d for d, _ in ranked[: config.dev_positives]]
             negs = sample_negatives("random", config.dev_negatives, positives=positives, rng=dev_rng,
                                     all_doc_ids=doc_ids)
+            reasons = early_reasons(q)
+            if reasons:
+                degenerate[q] = reasons
+                if not config.keep_degenerate:
+                    continue
             # papers/004 §5.2: the first two pseudo-positives graded 2, the next eight 1
             for rank, d in enumerate(positives):
                 dev_rows.append({"query_id": q, "query": queries[q], "doc_id": d, "doc": texts[index_of[d]],
@@ -487,18 +555,36 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
             {c: [] for c in DEV_COLUMNS}, features=Features({c: Value("int64" if c == "label" else "string")
                                                               for c in DEV_COLUMNS}))
         meta = {"queries_with_fewer_than_k_candidates": short_k, "pairs_with_fewer_than_m_negatives": short_m,
-                "positives_outside_dense_top_k": outside}
+                "positives_outside_dense_top_k": outside,
+                "degenerate_ids": degenerate}
+        if not config.keep_degenerate:  # the queries whose rows are in the folder
+            meta["train_queries"] = sum(q not in degenerate for q in train_q)
+            meta["dev_queries"] = sum(q not in degenerate for q in dev_q)
         return {"train": train, "dev": dev}, meta
 
     parts, meta = cache.datasets("triplets", trip_key, make)
     train, dev = parts["train"], parts["dev"]
+    found = {**{q: ["no_bm25_hit"] for q in no_hits}, **meta.pop("degenerate_ids")}
+    found = {q: found[q] for q in qids if q in found}  # in query order
+    by_reason: dict[str, int] = {}
+    for reasons in found.values():
+        for r in reasons:
+            by_reason[r] = by_reason.get(r, 0) + 1
+    degenerate = {"kept": bool(config.keep_degenerate), "min_candidates": need, "margin_bound": bound,
+                  "by_reason": dict(sorted(by_reason.items())), "ids": found,
+                  "rule": {r: DEGENERATE_RULE[r] for r in DEGENERATE_RULE}}
     # what the folder says about its inputs: names, never paths of this machine (it gets published)
     stats = {"source": public_name(data.name), "queries": len(qids), "queries_without_bm25_hits": len(no_hits),
              "train_queries": len(train_q), "dev_queries": len(dev_q), "triplets": len(train), "dev_rows": len(dev),
-             **meta, "reranker": _public_reranker_name(reranker, dense_name), "dense_model": public_name(dense_name),
+             **meta, "degenerate_queries": len(found), "degenerate": degenerate,
+             "reranker": _public_reranker_name(reranker, dense_name), "dense_model": public_name(dense_name),
              "config": asdict(config), "cache": {"reused": cache.hits, "computed": cache.computed},
              "fingerprints": {"corpus": corpus_fp, "queries": query_key["queries"], "dense_model": dense_fp},
              "command": _public_command(command)}
+
+    summary = degenerate_summary(stats)
+    if summary:
+        logger.warning("%s", summary)
 
     # the dataset folder, written whole: triplets at the top (load_from_disk(output_dir)), dev beside them
     with output_folder(out, overwrite=overwrite, inputs=protected) as tmp:
@@ -511,6 +597,41 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
         if write_card:
             write_dataset_card(tmp, stats, command=stats["command"])
     return PseudoLabels(train, dev, stats, out)
+
+
+def _teacher_margin_bound(reranker, reference_size: int, n_docs: int) -> float | None:
+    """The teacher's ``margin_bound`` (DEGENERATE_RULE), also for a spec not built yet."""
+    if not isinstance(reranker, str):
+        return getattr(reranker, "margin_bound", None)
+    kind = reranker.partition(":")[0]
+    if kind == "fusion":
+        return FusionReranker.bound_of((1.0, 1.0), reference_size, n_docs)
+    return 1.0 if kind == "monot5" else None
+
+
+def degenerate_summary(stats: dict) -> str | None:
+    """One line on the degenerate queries of a labelling run (``stats``: its stats), or None when
+    there are none: ``dropped 32 of 2,590 queries with degenerate labels: 30 with fewer than 11
+    BM25 candidates (k + m), 2 with ...; --keep-degenerate to keep them``."""
+    d = stats.get("degenerate") or {}
+    ids = d.get("ids") or {}
+    if not ids:
+        return None
+    bound = d.get("margin_bound")
+    fmt = {"need": d.get("min_candidates"), "bound": f"{bound:.3g}" if bound is not None else "?"}
+    parts = [f"{n:,} {_REASON_TEXT.get(r, r).format(**fmt)}" for r, n in d.get("by_reason", {}).items()
+             if r != "no_bm25_hit"]
+    keepable = sum(1 for v in ids.values() if "no_bm25_hit" not in v)
+    no_hit = len(ids) - keepable
+    total = f"{stats.get('queries', 0):,}"
+    if d.get("kept"):
+        line = f"kept {keepable:,} of {total} queries with degenerate labels (--keep-degenerate): {', '.join(parts)}"
+        return line + (f"; left out {no_hit:,} without any BM25 hit" if no_hit else "") if keepable else \
+            f"left out {no_hit:,} of {total} queries without any BM25 hit (degenerate labels)"
+    if no_hit:
+        parts.append(f"{no_hit:,} {_REASON_TEXT['no_bm25_hit']}")
+    return (f"dropped {len(ids):,} of {total} queries with degenerate labels: {', '.join(parts)} (ids in stats.json)"
+            + ("; --keep-degenerate to keep them" if keepable else ""))
 
 
 def _public_reranker_name(reranker, dense_name) -> str:

@@ -6,7 +6,8 @@ Every reranker has
   there is one);
 * ``score_documents(query_id, query, doc_ids, candidates) -> np.ndarray`` — scores of corpus
   documents, given the query's BM25 candidate list ``{doc_id: bm25_score}`` (only the fusion
-  scorer looks at it: its scores are normalised over that list);
+  scorer looks at it: its scores are normalised over that list, topped up with a corpus sample
+  when shorter than 100 documents);
 * ``rerank(candidates: Run, queries) -> Run`` — the candidate lists rescored;
 * ``name`` — what the pipeline's cache key and the dataset card record.
 
@@ -18,13 +19,15 @@ Implementations:
 * :class:`CrossEncoderReranker` — a sentence-transformers ``CrossEncoder``, raw logits (no
   sigmoid: the margins are used downstream by Margin-MSE).
 * :class:`FusionReranker` — for targets where no cross-encoder exists: z-score fusion of BM25
-  and a dense model of the suite (``hf_dr.retrieval.fuse``), over each query's candidates.
+  and a dense model of the suite (``hf_dr.retrieval.fuse``), over each query's candidates (and
+  a corpus sample when they are few: one scale for every query, #21).
 
 ``get_reranker("fusion" | "monot5:<id>" | "cross-encoder:<id>", ...)`` builds one.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -35,13 +38,20 @@ from ..encoding import resolve_device
 from ..retrieval import fuse
 from ..retrieval.run import Run
 
-__all__ = ["Reranker", "MonoT5Reranker", "CrossEncoderReranker", "FusionReranker", "get_reranker"]
+__all__ = ["Reranker", "MonoT5Reranker", "CrossEncoderReranker", "FusionReranker", "get_reranker",
+           "FUSION_REFERENCE_SIZE"]
+
+#: the fewest documents the fusion teacher normalises each query's scores over (#21)
+FUSION_REFERENCE_SIZE = 100
 
 
 class Reranker:
     """Base class: subclasses implement :meth:`score` (texts) or :meth:`score_documents` (ids)."""
 
     name = "reranker"
+    #: the widest |pos_score - neg_score| a sane scale of this teacher produces (None: unknown, not
+    #: checked); the pipeline reports a query whose margins exceed it as degenerate
+    margin_bound: float | None = None
     #: corpus texts in the order of ``doc_ids`` (set by the pipeline or the constructor)
     doc_ids: Sequence[str] | None = None
     texts: Sequence[str] | None = None
@@ -86,6 +96,7 @@ class MonoT5Reranker(Reranker):
         self.true_id, self.false_id = ids
         self.batch_size, self.max_length = batch_size, max_length
         self.name = f"monot5:{model_name_or_path}"
+        self.margin_bound = 1.0  # probabilities
 
     @staticmethod
     def format(query: str, doc: str) -> str:
@@ -125,25 +136,75 @@ class CrossEncoderReranker(Reranker):
 
 
 class FusionReranker(Reranker):
-    """z-score fusion of BM25 and a dense model of the suite over each query's BM25 candidate
-    list (``fuse([bm25, dense], method="zscore")``): the offline stand-in for a cross-encoder.
+    """z-score fusion of BM25 and a dense model of the suite (``fuse([bm25, dense], method="zscore")``):
+    the offline stand-in for a cross-encoder.
 
     The dense scores are inner products of stored embeddings: the corpus is encoded once (by
     the encoder's ``encode_corpus``, or handed over precomputed by the pipeline's cache), never
-    per query. BM25 scores come from the one :class:`~hf_dr.retrieval.BM25Index`. A document
-    outside the candidate list (a sampled negative) is normalised with the list's mean and
-    standard deviation, so its teacher score lives on the same scale as the candidates'.
+    per query. BM25 scores come from the one :class:`~hf_dr.retrieval.BM25Index`.
+
+    **One scale for every query and every document (#21).** Each component is z-normalised
+    with the mean and standard deviation of a per-query *reference set*: the query's BM25
+    candidate list, topped up to ``reference_size`` documents (100 by default; the corpus when
+    smaller) with a deterministic sample of other corpus documents (seeded by ``reference_seed``
+    and the query id), each with its real scores — a BM25 score of 0 when it shares no term with
+    the query. Every scored document, in the list or not (a SimANS or random negative), gets
+    ``w_lex * z(lex) + w_dense * z(dense)`` with those statistics, through the one fusion path
+    (``fuse(..., references=...)``). A list of at least ``reference_size`` documents is its own
+    reference set, so a query with a full candidate list scores exactly as the plain fusion over
+    its list (SciFact's labels do not change).
+
+    Why: normalising over the list alone rests the statistics on as many points as the list
+    has. A one-word query that matches two documents gets two nearly equal BM25 scores, a
+    standard deviation near 0, and a document outside the list is then thousands of standard
+    deviations away (teacher scores down to -3,459 where the usual range is -5 to 16; their
+    margins carried 99% of a Margin-MSE loss). With a reference set of ``n`` documents, every
+    member's z-score lies within ``±sqrt(n - 1)`` (Samuelson's inequality), the sampled
+    documents stand for the rest of the corpus (whose BM25 scores are mostly 0), and a
+    non-matching negative is scored like the sampled non-matching documents. Rejected
+    alternatives: a floor on the standard deviation (a scale-dependent constant), or leaving the
+    list's statistics alone and clipping scores (hides the problem, keeps the wrong scale).
+
+    :attr:`margin_bound` is the widest teacher margin two reference documents can have,
+    ``2 * sum|w| * sqrt(n - 1)``; the pipeline reports a query whose margins exceed it as
+    degenerate (:func:`hf_dr.labeling.pseudo_relevance.build_pseudo_labels`).
     """
 
     def __init__(self, bm25, encoder=None, weights: Sequence[float] = (1.0, 1.0), batch_size: int = 32,
-                 doc_embeddings: np.ndarray | None = None, encoder_name: str | None = None):
+                 doc_embeddings: np.ndarray | None = None, encoder_name: str | None = None,
+                 reference_size: int = FUSION_REFERENCE_SIZE, reference_seed: int = 0):
         if bm25 is None or (encoder is None and doc_embeddings is None):
             raise ValueError("the fusion reranker needs a BM25 index and a dense model (--dense-model)")
+        if isinstance(reference_size, bool) or not isinstance(reference_size, (int, np.integer)) or reference_size < 1:
+            raise ValueError(f"reference_size must be a positive whole number (got {reference_size!r})")
         self.bm25, self.encoder, self.weights, self.batch_size = bm25, encoder, tuple(weights), batch_size
         self.doc_embeddings = doc_embeddings
+        self.reference_size, self.reference_seed = int(reference_size), int(reference_seed)
         self.query_embeddings: dict[str, np.ndarray] = {}
         self._index_of = {d: i for i, d in enumerate(bm25.doc_ids)}
         self.name = f"fusion(bm25,{encoder_name or type(encoder).__name__},w={list(self.weights)})"
+
+    @staticmethod
+    def normalisation_of(reference_size: int, reference_seed: int = 0) -> dict:
+        """What the scale depends on besides the models (part of the pipeline's cache key)."""
+        return {"zscore_over": "bm25 list topped up with a corpus sample", "reference_size": int(reference_size),
+                "reference_seed": int(reference_seed)}
+
+    @property
+    def normalisation(self) -> dict:
+        return self.normalisation_of(self.reference_size, self.reference_seed)
+
+    @staticmethod
+    def bound_of(weights: Sequence[float], reference_size: int, n_docs: int) -> float:
+        """``2 * sum|w| * sqrt(n - 1)``, ``n = min(reference_size, n_docs)`` the reference set's
+        size: the widest margin between two members of the reference set (the z-score of each
+        lies within ``±sqrt(n - 1)``, Samuelson's inequality)."""
+        n = max(2, min(int(reference_size), int(n_docs)))
+        return 2.0 * float(sum(abs(w) for w in weights)) * float(np.sqrt(n - 1))
+
+    @property
+    def margin_bound(self) -> float:
+        return self.bound_of(self.weights, self.reference_size, len(self.bm25.doc_ids))
 
     def _doc_emb(self) -> np.ndarray:
         if self.doc_embeddings is None:
@@ -164,26 +225,42 @@ class FusionReranker(Reranker):
         dense = self._doc_emb()[idx].astype(np.float64) @ self._query_emb(query_id, query).astype(np.float64)
         return lex, dense
 
+    def reference_ids(self, query_id: str, candidates: Sequence[str]) -> list[str]:
+        """The query's reference set: its candidates, then (when fewer than ``reference_size``)
+        other corpus documents drawn without replacement by a generator seeded with
+        ``(reference_seed, sha1(query_id))`` — the same set on every call and every machine."""
+        cand = list(dict.fromkeys(candidates))
+        n = len(self.bm25.doc_ids)
+        need = min(self.reference_size, n) - len(cand)
+        if need <= 0:
+            return cand
+        qseed = int.from_bytes(hashlib.sha1(str(query_id).encode()).digest()[:8], "little")
+        rng = np.random.default_rng([self.reference_seed, qseed])
+        listed = set(cand)
+        # need + len(cand) <= n distinct draws hold at least `need` documents outside the list
+        draw = rng.choice(n, size=need + len(cand), replace=False)
+        extra = [d for d in (self.bm25.doc_ids[i] for i in draw) if d not in listed][:need]
+        return cand + extra
+
     def score_documents(self, query_id, query, doc_ids, candidates=None) -> np.ndarray:
         doc_ids = list(doc_ids)
-        cand = list(candidates) if candidates else doc_ids
         if not doc_ids:
             return np.zeros(0)
-        if set(doc_ids) <= set(cand) and len(cand) == len(doc_ids):
-            # the candidate list itself: the spine's fusion
-            lex, dense = self._raw(query_id, query, cand)
-            fused = fuse([{query_id: dict(zip(cand, lex.tolist()))}, {query_id: dict(zip(cand, dense.tolist()))}],
-                         weights=self.weights, method="zscore")[query_id]
-            return np.array([fused[d] for d in doc_ids])
-        # other documents: normalised with the candidates' statistics (same scale)
-        c_lex, c_dense = self._raw(query_id, query, cand)
-        lex, dense = self._raw(query_id, query, doc_ids)
-
-        def z(v, ref):
-            sd = ref.std()
-            return (v - ref.mean()) / sd if sd > 0 else np.zeros_like(v)
-
-        return self.weights[0] * z(lex, c_lex) + self.weights[1] * z(dense, c_dense)
+        ref_ids = self.reference_ids(query_id, list(candidates) if candidates else doc_ids)
+        ref_lex, ref_dense = self._raw(query_id, query, ref_ids)
+        if doc_ids == ref_ids:  # the (full) candidate list itself: the spine's fusion over it
+            lex, dense = ref_lex, ref_dense
+        elif set(doc_ids) <= set(ref_ids):
+            pos = {d: i for i, d in enumerate(ref_ids)}
+            at = np.array([pos[d] for d in doc_ids], dtype=np.int64)
+            lex, dense = ref_lex[at], ref_dense[at]
+        else:
+            lex, dense = self._raw(query_id, query, doc_ids)
+        q = query_id
+        runs = [{q: dict(zip(doc_ids, lex.tolist()))}, {q: dict(zip(doc_ids, dense.tolist()))}]
+        refs = [{q: dict(zip(ref_ids, ref_lex.tolist()))}, {q: dict(zip(ref_ids, ref_dense.tolist()))}]
+        fused = fuse(runs, weights=self.weights, method="zscore", references=refs)[q]
+        return np.array([fused[d] for d in doc_ids], dtype=np.float64)
 
     def rerank(self, candidates: Run, queries: Mapping[str, str], show_progress_bar: bool = True) -> Run:
         missing = [q for q in candidates if q not in self.query_embeddings]

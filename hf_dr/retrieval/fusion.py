@@ -11,8 +11,15 @@ from .run import Run
 __all__ = ["fuse", "normalize_run"]
 
 
-def normalize_run(run: Run, method: str) -> Run:
-    """Per-query score normalisation: ``"minmax"``, ``"zscore"``, or ``"none"``/``"sum"`` (raw)."""
+def normalize_run(run: Run, method: str, reference: Run | None = None) -> Run:
+    """Per-query score normalisation: ``"minmax"``, ``"zscore"``, or ``"none"``/``"sum"`` (raw).
+
+    The statistics (min and max, or mean and standard deviation) are those of the query's own
+    scores, or, when ``reference`` has the query, of ``reference[q]``'s scores: every document of
+    ``run[q]`` is then put on the reference's scale, whether or not it belongs to the reference
+    (the fusion teacher normalises over a reference set wider than its candidate list, #21). A
+    reference equal to the run gives exactly the run's own normalisation.
+    """
     if method in ("none", "sum", None):
         return run
     out: Run = {}
@@ -21,12 +28,15 @@ def normalize_run(run: Run, method: str) -> Run:
             out[q] = {}
             continue
         v = np.fromiter(docs.values(), dtype=np.float64, count=len(docs))
+        ref = v
+        if reference is not None and reference.get(q):
+            ref = np.fromiter(reference[q].values(), dtype=np.float64, count=len(reference[q]))
         if method == "minmax":
-            lo, span = v.min(), v.max() - v.min()
+            lo, span = ref.min(), ref.max() - ref.min()
             v = (v - lo) / span if span > 0 else np.ones_like(v)
         elif method == "zscore":
-            sd = v.std()
-            v = (v - v.mean()) / sd if sd > 0 else np.zeros_like(v)
+            sd = ref.std()
+            v = (v - ref.mean()) / sd if sd > 0 else np.zeros_like(v)
         else:
             raise ValueError(f"unknown normalisation {method!r}: use minmax, zscore or none")
         out[q] = dict(zip(docs.keys(), v.tolist()))
@@ -34,7 +44,8 @@ def normalize_run(run: Run, method: str) -> Run:
 
 
 def fuse(runs: Sequence[Run], weights: Sequence[float] | None = None, method: str = "zscore",
-         rrf_k: int = 60, top_k: int | None = None, missing: str = "min") -> Run:
+         rrf_k: int = 60, top_k: int | None = None, missing: str = "min",
+         references: Sequence[Run] | None = None) -> Run:
     """Fuse runs into one.
 
     * ``method="sum"``: weighted sum of raw scores (the SPLADE-CAI paper's Eq. 8-9 hybrid);
@@ -43,12 +54,20 @@ def fuse(runs: Sequence[Run], weights: Sequence[float] | None = None, method: st
 
     A document missing from one run gets that run's minimum normalised score for the query
     (``missing="min"``) or 0 (``missing="zero"``). Queries present in any run are kept.
+
+    ``references`` (one per run, ``"minmax"`` / ``"zscore"`` only): the scores whose per-query
+    statistics normalise each run (:func:`normalize_run`), instead of the run's own.
     """
     if not runs:
         raise ValueError("nothing to fuse")
     weights = list(weights) if weights is not None else [1.0] * len(runs)
     if len(weights) != len(runs):
         raise ValueError(f"{len(weights)} weights for {len(runs)} runs")
+    if references is not None:
+        if method not in ("minmax", "zscore"):
+            raise ValueError(f"references normalise scores: they need method minmax or zscore, not {method!r}")
+        if len(references) != len(runs):
+            raise ValueError(f"{len(references)} references for {len(runs)} runs")
     if method == "rrf":
         normed = []
         for run in runs:
@@ -59,7 +78,8 @@ def fuse(runs: Sequence[Run], weights: Sequence[float] | None = None, method: st
             normed.append(r)
         missing = "zero"
     else:
-        normed = [normalize_run(r, method) for r in runs]
+        refs = references if references is not None else [None] * len(runs)
+        normed = [normalize_run(r, method, ref) for r, ref in zip(runs, refs)]
     qids = list(dict.fromkeys(q for r in normed for q in r))
     fused: Run = {}
     for q in qids:
