@@ -123,7 +123,7 @@ def main():
         print(f"{t:8s} {s:18s} {agg}  ({time.time() - t0:.0f}s)", flush=True)
         table[f"{t} / {s}"] = agg
         rows.append({"table": "ddr", "dataset": t, "system": s, "command": grid_cmd, "metrics": agg,
-                     "n_queries": res.n_queries, "self_matches_removed": data.ignore_identical_ids,
+                     "n_queries": res.n_queries, "self_matches": res.self_matches,
                      "machine": machine(), "per_query_ndcg10": res.per_query["ndcg@10"]})
         save_rows("ddr", rows)
 

@@ -65,7 +65,7 @@ def main() -> None:
             cmd += f" {flags}" if flags else ""
             row = {"table": "baselines", "dataset": ds, "system": label, "command": cmd.strip(),
                    "metrics": {k: round(v, 4) for k, v in res.aggregate.items()},
-                   "machine": machine(), "self_matches_removed": data.ignore_identical_ids}
+                   "machine": machine(), "self_matches": res.self_matches}
             print(f"{ds:8s} {label:48s} " + "  ".join(f"{k}={v:.4f}" for k, v in res.aggregate.items())
                   , flush=True)
             rows.append(row)

@@ -1,6 +1,6 @@
 """Evaluation: the one metric path of hf-dr (pytrec_eval), significance tests, and
 :func:`evaluate` — any :class:`~hf_dr.retrieval.Retriever` on a BEIR split. The self-match rule
-(BEIR's ``ignore_identical_ids``) lives here and nowhere else."""
+(BEIR's ``ignore_identical_ids``: :func:`apply_self_match_rule`) lives here and nowhere else."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import numpy as np
 from .retrieval.run import Run, top_k_run
 
 __all__ = ["EvalResult", "evaluate", "evaluate_run", "paired_ttest", "evaluate_model", "DEFAULT_METRICS",
-           "format_table", "RerankEvaluator", "remove_self_matches"]
+           "format_table", "RerankEvaluator", "remove_self_matches", "apply_self_match_rule"]
 
 DEFAULT_METRICS = ("ndcg@10", "recall@100", "recall@1000", "mrr@10")
 
@@ -46,9 +46,12 @@ class EvalResult:
     n_queries: int = 0
     #: the ranking that was scored (set by :func:`evaluate`)
     run: Run | None = field(default=None, repr=False)
+    #: what the self-match rule did (set by :func:`evaluate`; see :func:`apply_self_match_rule`)
+    self_matches: dict | None = None
 
     def to_json(self, path: str | Path | None = None, **extra) -> dict:
-        obj = {"metrics": self.aggregate, "n_queries": self.n_queries, **extra,
+        obj = {"metrics": self.aggregate, "n_queries": self.n_queries,
+               **({"self_matches": self.self_matches} if self.self_matches is not None else {}), **extra,
                "per_query": self.per_query}
         if path is not None:
             from .io import atomic_write_json
@@ -58,9 +61,46 @@ class EvalResult:
 
 
 def remove_self_matches(run: Run) -> Run:
-    """Drop documents whose id equals the query id (BEIR's ``ignore_identical_ids``: ArguAna,
-    Quora, whose queries are also documents)."""
-    return {q: {d: s for d, s in docs.items() if d != q} for q, docs in run.items()}
+    """Drop every document whose id equals the query id (BEIR's ``ignore_identical_ids``)."""
+    return apply_self_match_rule(run, ignore_identical_ids=True)[0]
+
+
+def apply_self_match_rule(run: Run, qrels: Mapping[str, Mapping[str, int]] | None = None,
+                          ignore_identical_ids: bool | None = None) -> tuple[Run, dict]:
+    """The self-match rule: what happens to a retrieved document whose id is the query's own
+    (ArguAna, Quora: the queries are also documents). Returns ``(run, report)``.
+
+    * ``None`` (the default, ``"auto"``): it is dropped (BEIR's ``ignore_identical_ids=True``),
+      unless ``qrels`` judge that very document relevant to that query (grade > 0): then it is
+      an answer, and kept. Decided from the data, never from the dataset's name;
+    * ``True``: always dropped; ``False``: always kept.
+
+    ``report``: ``rule`` (auto / removed / kept), ``queries_with_own_id`` (queries whose own id
+    was among the results), ``removed``, ``kept_judged_relevant``."""
+    qrels = qrels or {}
+    found = [q for q, docs in run.items() if q in docs]
+    if ignore_identical_ids is None:
+        keep = {q for q in found if qrels.get(q, {}).get(q, 0) > 0}
+    else:
+        keep = set() if ignore_identical_ids else set(found)
+    drop = set(found) - keep
+    if drop:
+        run = {q: ({d: s for d, s in docs.items() if d != q} if q in drop else docs) for q, docs in run.items()}
+    rule = "auto" if ignore_identical_ids is None else "removed" if ignore_identical_ids else "kept"
+    return run, {"rule": rule, "queries_with_own_id": len(found), "removed": len(drop),
+                 "kept_judged_relevant": len(keep) if ignore_identical_ids is None else 0}
+
+
+def describe_self_matches(report: dict) -> str:
+    """One line for :func:`apply_self_match_rule`'s report, e.g. ``self-matches: 1298 queries had
+    their own id among the results: removed``."""
+    n, removed, kept = report["queries_with_own_id"], report["removed"], report["kept_judged_relevant"]
+    how = {"auto": "the default rule", "removed": "--ignore-identical-ids", "kept": "--keep-identical-ids"}[report["rule"]]
+    if not n:
+        return f"self-matches: no query had its own id among the results ({how})"
+    what = "removed" if removed == n else "kept" if not removed else f"{removed} removed"
+    extra = f", {kept} kept (judged relevant in the qrels)" if kept else ""
+    return f"self-matches: {n} queries had their own id among the results: {what}{extra} ({how})"
 
 
 def evaluate(retriever, data, k: int = 1000, metrics: Sequence[str] = DEFAULT_METRICS,
@@ -68,11 +108,11 @@ def evaluate(retriever, data, k: int = 1000, metrics: Sequence[str] = DEFAULT_ME
              show_progress_bar: bool | None = None) -> EvalResult:
     """Retrieve ``data``'s judged queries (``data.split_queries()``, or ``queries``) with
     ``retriever`` (any :class:`~hf_dr.retrieval.Retriever`) and score the top-``k`` against
-    ``data.qrels``. Self-matches are removed for datasets that need it (``data.ignore_identical_ids``)
-    unless ``ignore_identical_ids`` says otherwise; one more document is retrieved then, so the
-    ranking still holds ``k``. Given ``queries``, only those are scored. The scored run is ``result.run``."""
-    if ignore_identical_ids is None:
-        ignore_identical_ids = data.ignore_identical_ids
+    ``data.qrels``. A retrieved document whose id is the query's own is dropped unless the qrels
+    judge it relevant (:func:`apply_self_match_rule`; ``ignore_identical_ids`` True / False
+    forces removal / keeping); one more document is retrieved then, so the ranking still holds
+    ``k``. Given ``queries``, only those are scored. The scored run is ``result.run``, what the
+    rule did ``result.self_matches``."""
     queries = data.split_queries() if queries is None else dict(queries)
     if not queries:
         raise ValueError(f"no judged queries to evaluate in split {getattr(data, 'split', None)!r} of "
@@ -80,13 +120,12 @@ def evaluate(retriever, data, k: int = 1000, metrics: Sequence[str] = DEFAULT_ME
     if len(retriever) != len(data.corpus):
         raise ValueError(f"the retriever searches {len(retriever)} documents, {data.name} has "
                          f"{len(data.corpus)}: it was built on another corpus")
-    run = retriever.search(queries, k + int(bool(ignore_identical_ids)), show_progress_bar=show_progress_bar)
-    if ignore_identical_ids:
-        run = remove_self_matches(run)
-    run = top_k_run(run, k)
+    run = retriever.search(queries, k + int(ignore_identical_ids is not False), show_progress_bar=show_progress_bar)
     qrels = data.qrels if set(queries) >= set(data.qrels) else {q: data.qrels[q] for q in queries if q in data.qrels}
+    run, report = apply_self_match_rule(run, qrels, ignore_identical_ids)
+    run = top_k_run(run, k)
     result = evaluate_run(qrels, run, metrics)
-    result.run = run
+    result.run, result.self_matches = run, report
     return result
 
 
@@ -96,7 +135,7 @@ def evaluate_run(qrels: Mapping[str, Mapping[str, int]], run: Run, metrics: Sequ
 
     Queries judged in ``qrels`` but absent from ``run`` score 0 (as trec_eval -c does), so
     a retriever cannot gain by dropping hard queries. ``ignore_identical_ids`` removes
-    documents whose id equals the query id (ArguAna, Quora). MRR@k truncates the ranking
+    documents whose id equals the query id (:func:`remove_self_matches`). MRR@k truncates the ranking
     at k before pytrec_eval's reciprocal rank.
     """
     import pytrec_eval

@@ -82,11 +82,11 @@ def test_not_a_beir_folder(tmp_path):
         load_beir(tmp_path / "missing" / "deeper")
 
 
-def test_self_match_flag():
-    assert load_beir(SAMPLE).ignore_identical_ids is False
-    arguana = need(DATA / "arguana")
-    with pytest.warns(UserWarning):
-        assert load_beir(arguana).ignore_identical_ids is True
+def test_no_self_match_rule_by_name():
+    """Self-matches are decided from the data (hf_dr.evaluation.apply_self_match_rule), not the name."""
+    import hf_dr.data
+
+    assert not hasattr(load_beir(SAMPLE), "ignore_identical_ids") and not hasattr(hf_dr.data, "SELF_MATCH_DATASETS")
 
 
 @pytest.mark.parametrize("path, local", [

@@ -28,8 +28,10 @@ def register(sub) -> None:
     p.add_argument("--metrics", nargs="+", default=None, help="e.g. ndcg@10 recall@100 recall@1000 mrr@10")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--ignore-identical-ids", dest="ignore_identical_ids", action="store_true", default=None,
-                   help="remove self-matches (query id == doc id); on by default for ArguAna / Quora")
-    g.add_argument("--keep-identical-ids", dest="ignore_identical_ids", action="store_false")
+                   help="remove every self-match (a document whose id is the query's); by default one is removed "
+                        "unless the qrels judge it relevant to that query (BEIR's ignore_identical_ids)")
+    g.add_argument("--keep-identical-ids", dest="ignore_identical_ids", action="store_false",
+                   help="keep every self-match")
     p.add_argument("--bm25-stemmer", type=stemmer_name, default="english", help="PyStemmer language, or 'none'")
     p.add_argument("--bm25-stopwords", type=stopwords_name, default="en", help="'en' (or de, fr...) or 'none'")
     p.add_argument("--hybrid-second", choices=("dense", "sparse"), default=None,
@@ -172,7 +174,7 @@ def _dtype_info(args) -> dict:
 def run(args) -> int:
     from ..cli import CLIError
     from ..data import load_beir
-    from ..evaluation import DEFAULT_METRICS, evaluate, format_table
+    from ..evaluation import DEFAULT_METRICS, describe_self_matches, evaluate, format_table
     from ..evaluation import _parse as parse_metric
     from ..retrieval import build_retriever, write_trec_run
 
@@ -198,14 +200,13 @@ def run(args) -> int:
             fusion_weights=args.fusion_weights, **index_options(args))
     result = evaluate(retriever, data, k=args.top_k, metrics=args.metrics or DEFAULT_METRICS,
                       ignore_identical_ids=args.ignore_identical_ids, queries=queries)
-    ignore = data.ignore_identical_ids if args.ignore_identical_ids is None else args.ignore_identical_ids
     info = {**retriever.info(), "model": args.model, "sparse_model": args.sparse_model, "embeddings": args.embeddings, "data": str(data.name),
             "split": data.split, "n_queries": len(queries), "n_docs": len(data.corpus),
-            "ignore_identical_ids": bool(ignore), **_dtype_info(args), "seconds": round(time.perf_counter() - t0, 2)}
+            **_dtype_info(args), "seconds": round(time.perf_counter() - t0, 2)}
     name = args.retriever if not args.model else f"{args.retriever}: {Path(args.model).name}"
     print(format_table({name: result.aggregate}, list(result.aggregate)))
-    print(f"{result.n_queries} queries, {info['n_docs']} documents, {info['seconds']} s"
-          + (", self-matches removed" if info["ignore_identical_ids"] else ""))
+    print(f"{result.n_queries} queries, {info['n_docs']} documents, {info['seconds']} s")
+    print(describe_self_matches(result.self_matches))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         write_trec_run(result.run, out / "run.trec", tag=f"hf-dr-{args.retriever}", top_k=args.top_k)

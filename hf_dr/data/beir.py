@@ -26,15 +26,12 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["BeirData", "BeirFormatError", "BeirSourceError", "load_beir", "looks_local", "parse_grade", "save_beir",
            "load_qrels", "save_qrels",
-           "SELF_MATCH_DATASETS", "iter_corpus", "has_split", "load_training_queries"]
+           "iter_corpus", "has_split", "load_training_queries"]
 
 Qrels = dict[str, dict[str, int]]
 
 #: the bundled sample: 500 SciFact abstracts, 50 test claims (CC BY-NC 2.0, see its README)
 SAMPLE = Path(__file__).resolve().parent / "sample" / "scifact-mini"
-
-#: datasets whose queries also appear in the corpus: evaluate with self-matches removed.
-SELF_MATCH_DATASETS = ("arguana", "quora", "cqadupstack")
 
 
 class BeirFormatError(ValueError):
@@ -57,12 +54,6 @@ class BeirData:
     name: str = ""
     n_unknown_qrels: int = 0
     _doc_index: dict | None = field(default=None, repr=False)
-
-    @property
-    def ignore_identical_ids(self) -> bool:
-        """True for datasets (ArguAna, Quora) whose queries are also documents."""
-        base = os.path.basename(str(self.name).rstrip("/")).lower()
-        return any(k in base for k in SELF_MATCH_DATASETS)
 
     def doc_ids(self) -> list[str]:
         return list(self.corpus["_id"])
