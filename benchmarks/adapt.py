@@ -1,12 +1,19 @@
 """`hf-dr adapt` on a target corpus with training queries: does adaptation help, and at what CPU cost?
 
     python benchmarks/adapt.py                                   # SciFact, the default rows
+    python benchmarks/adapt.py --rows splade-tiny:cai,minilm:berm     # student:method: `hf-dr adapt` with no flag
     python benchmarks/adapt.py --rows minilm:pseudo-margin-mse:500    # student:method[:steps][:flag=value...]
     python benchmarks/adapt.py --rows splade-tiny:cai:300:mlm-steps=0:margin-scale=auto
     python benchmarks/adapt.py --data ../shared/data/msmarco-trecdl2019 --train-fraction 0.5
     python benchmarks/adapt.py --rows ddr-rem:ddr:300             # DDR: a target DAM for a source-trained REM
 
-A row's ``flag=value`` parts are passed to `hf-dr adapt` as ``--flag value``.
+A row ``student:method`` runs ``hf-dr adapt --data D --model M --method X --output O`` with no other
+flag: the command a user types, every setting its default (labels too: the adapt run labels its own
+training queries; rows of one dataset share one work folder, so the label stage is computed once).
+These are the rows whose configuration the defaults of `hf-dr adapt` are (``METHOD_DEFAULTS``; the
+row records it as ``config``, and tests/test_adapt.py checks the two agree).
+A row with steps or ``flag=value`` parts (passed to `hf-dr adapt` as ``--flag value``) is an
+experiment: it trains on the shared `hf-dr label` set below with the benchmark's budget flags.
 
 One labelled set per dataset (`hf-dr label`: its *train* queries, BM25 top-100 reranked by the
 z-score fusion of BM25 and all-MiniLM-L6-v2, SimANS negatives on the 20 x cosine scale, 20
@@ -49,8 +56,7 @@ NAMES = {"minilm": "all-MiniLM-L6-v2", "splade-tiny": "splade-tiny",
 # ddr_grid.py's miniature, building only the source DAM and the REM trained on it
 DDR_REM_BUILD = ["benchmarks/ddr_grid.py", "--targets", "", "--systems", "DDR (source DAM)",
                  "--mlm_steps", "60", "--rem_epochs", "0.3"]
-DEFAULT_ROWS = ("minilm:pseudo-margin-mse:500,splade-tiny:pseudo-margin-mse:300,"
-                "splade-tiny:cai:300:mlm-steps=0:learning-rate=1e-4,minilm:dodress:300,minilm:berm:200")
+DEFAULT_ROWS = "splade-tiny:cai,minilm:berm,minilm:pseudo-margin-mse,minilm:dodress"
 
 
 def log(msg: str) -> None:
@@ -119,9 +125,12 @@ def split_queries(data: Path, work: Path, fraction: float, seed: int = 0) -> Pat
     return out
 
 
-def parse_row(spec: str, default_steps: int) -> tuple[str, str, int, dict[str, str]]:
-    """``student:method[:steps][:flag=value...]`` -> (student, method, steps, {flag: value})."""
+def parse_row(spec: str, default_steps: int) -> tuple[str, str, int | None, dict[str, str]]:
+    """``student:method[:steps][:flag=value...]`` -> (student, method, steps, {flag: value}); a bare
+    ``student:method`` -> steps None (a defaults row: `hf-dr adapt` with no flag)."""
     student, method, *rest = spec.split(":")
+    if not rest:
+        return student, method, None, {}
     steps = int(rest.pop(0)) if rest and "=" not in rest[0] else default_steps
     extra = dict(part.split("=", 1) for part in rest)
     return student, method, steps, extra
@@ -160,33 +169,44 @@ def main() -> int:
         run([sys.executable] + DDR_REM_BUILD + ["--work_dir", str(work / "ddr")])
         MODELS["ddr-rem"] = work / "ddr" / "rem"
         build_rem = shlex.join(["python", *DDR_REM_BUILD, "--work_dir", f"{a.work}/ddr"]) + " && "
-    # the label stages are cached (beside the output): a re-run redoes only what changed
-    run(cli + ["label", "--data", str(data), "--split", "train", "--dense-model", str(MODELS["minilm"]),
-               "--max-length", str(a.max_length), "--negatives", "simans", "--simans-score-scale", "20",
-               "--dev-queries", str(a.dev_queries), "--output", str(labels), "--overwrite"])
+    if any(steps is not None for _, _, steps, _, _ in specs):
+        # the experiments' shared label set; stages cached (beside the output): a re-run redoes only what changed
+        run(cli + ["label", "--data", str(data), "--split", "train", "--dense-model", str(MODELS["minilm"]),
+                   "--max-length", str(a.max_length), "--negatives", "simans", "--simans-score-scale", "20",
+                   "--dev-queries", str(a.dev_queries), "--output", str(labels), "--overwrite"])
     for student, method, max_steps, extra, spec in specs:
-        if method == "cai":
-            extra = {"mlm-steps": str(a.mlm_steps), **extra}
-        out = work / "-".join([dataset, student, method] + [f"{k}{v}" for k, v in extra.items()])
-        cmd = cli + ["adapt", "--data", str(data), "--model", str(MODELS[student]), "--method", method,
-                     "--labels", str(labels), "--max-steps", str(max_steps), "--eval-steps", str(a.eval_steps),
-                     "--batch-size", str(a.batch_size), "--learning-rate", str(a.learning_rate),
-                     "--output", str(out), "--overwrite"]
-        # splade-tiny is an MLM checkpoint, trained and searched as SPLADE; a ddr-rem is trained and
-        # searched at its own lengths (ddr_grid's)
-        flags = {"minilm": ["--max-length", str(a.max_length)], "splade-tiny": ["--kind", "sparse"]}.get(student, [])
-        flags += ["--no-vocabulary"] * (method == "cai") + [x for k, v in extra.items() for x in (f"--{k}", v)]
-        run(cmd + flags)
+        defaults = max_steps is None
+        out = work / "-".join([dataset, student, method] + [f"{k}{v}" for k, v in extra.items()]
+                              + ["defaults"] * defaults)
+        shown_data = rel(data) if a.train_fraction is None else f"{a.work}/{dataset}"
+        shown_model = f"{a.work}/ddr/rem" if student == "ddr-rem" else rel(MODELS[student])
+        if defaults:  # the command a user types: no flag but the inputs, the output and where to cache
+            flags = ["--work-dir", str(work / f"work-{dataset}")]
+            run(cli + ["adapt", "--data", str(data), "--model", str(MODELS[student]), "--method", method,
+                       "--output", str(out), "--overwrite"] + flags)
+            shown = build_rem * (student == "ddr-rem") + \
+                f"hf-dr adapt --data {shown_data} --model {shown_model} --method {method} --output {rel(out)} " \
+                f"--work-dir {a.work}/work-{dataset}"
+        else:
+            if method == "cai":
+                extra = {"mlm-steps": str(a.mlm_steps), **extra}
+            cmd = cli + ["adapt", "--data", str(data), "--model", str(MODELS[student]), "--method", method,
+                         "--labels", str(labels), "--max-steps", str(max_steps), "--eval-steps", str(a.eval_steps),
+                         "--batch-size", str(a.batch_size), "--learning-rate", str(a.learning_rate),
+                         "--output", str(out), "--overwrite"]
+            # splade-tiny is an MLM checkpoint, trained and searched as SPLADE; a ddr-rem is trained and
+            # searched at its own lengths (ddr_grid's)
+            flags = {"minilm": ["--max-length", str(a.max_length)], "splade-tiny": ["--kind", "sparse"]}.get(student, [])
+            flags += ["--no-vocabulary"] * (method == "cai") + [x for k, v in extra.items() for x in (f"--{k}", v)]
+            run(cmd + flags)
+            shown = build_rem * (student == "ddr-rem") + "hf-dr adapt --data " + shown_data + \
+                f" --model {shown_model} --method {method} --labels {a.work}/labels-{dataset} --max-steps {max_steps} " \
+                f"--eval-steps {a.eval_steps}" + "".join(f" {x}" for x in flags)
         m = json.loads((out / "metrics.json").read_text())
         b = m["budget"]
         budget = (f"{b['steps']} steps x batch {b['batch_size']}, lr {b['learning_rate']:g}, max length "
                   f"{b['max_length']}" + (f", {b['mlm_steps']} MLM steps" if b.get("mlm_steps") is not None else "") +
                   (f", margin scale {b['margin_scale']:.3g}" if b.get("margin_scale") is not None else ""))
-        shown_model = f"{a.work}/ddr/rem" if student == "ddr-rem" else rel(MODELS[student])
-        shown = build_rem * (student == "ddr-rem") + "hf-dr adapt --data " + \
-            (rel(data) if a.train_fraction is None else f"{a.work}/{dataset}") + \
-            f" --model {shown_model} --method {method} --labels {a.work}/labels-{dataset} --max-steps {max_steps} " \
-            f"--eval-steps {a.eval_steps}" + "".join(f" {x}" for x in flags)
         last = m.get("last_checkpoint")
         rows = [{"table": "adapt", "dataset": dataset, "row": f"{student}:zero-shot",
                  "system": f"{NAMES[student]} zero-shot (max length {b['max_length']})",
@@ -202,6 +222,7 @@ def main() -> int:
                              **({"last checkpoint nDCG@10": round(last["ndcg@10"], 4)} if last else {}),
                              # the training's own time (a cached re-run records the run that trained)
                              "train minutes": round(b["train_minutes"], 1)},
+                 "defaults": defaults, "config": m.get("config"),
                  "dev": m["dev"], "selected_step": m["selected_step"], "below_zero_shot": m["below_zero_shot"],
                  "starting_model_is_candidate": m.get("starting_model_is_candidate"), "last_checkpoint": last,
                  "budget": b}]

@@ -59,6 +59,25 @@ METHODS = {
 }
 METRICS = ("ndcg@10", "recall@100")
 
+#: each method's defaults: the configuration of its measured row in benchmarks/results/adapt.json
+#: (``python benchmarks/adapt.py``, which runs ``hf-dr adapt`` with no tuning flag; a test checks that
+#: the two agree). cai: no vocabulary expansion and no continual MLM — both measured to collapse
+#: splade-tiny (0.644 -> 0.30-0.33 with the AdaLM vocabulary; 0.20 after 1,000 MLM steps), see
+#: docs/splade_cai.md — and SPLADE training at lr 1e-4.
+METHOD_DEFAULTS = {
+    "pseudo-margin-mse": {"max_steps": 500, "learning_rate": 2e-5},
+    "dodress": {"max_steps": 300, "learning_rate": 2e-5},
+    "cai": {"max_steps": 300, "learning_rate": 1e-4, "mlm_steps": 0, "expand_vocabulary": False},
+    "berm": {"max_steps": 200, "learning_rate": 2e-5},
+    "ddr": {"max_steps": 300, "learning_rate": 2e-5},
+}
+#: what a method leaves unset when it has no value of its own (cai's chain, when asked for)
+FALLBACKS = {"mlm_steps": 1000, "expand_vocabulary": True}
+#: the configuration fields a benchmark row records (everything that changes the result)
+CONFIG_FIELDS = ("max_steps", "batch_size", "learning_rate", "max_length", "eval_steps", "dev_queries", "negatives",
+                 "k", "m", "bm25_top", "teacher", "mlm_steps", "expand_vocabulary", "delta_v", "margin_scale", "seed",
+                 "dtype")
+
 
 class AdaptError(ValueError):
     """A configuration ``adapt`` refuses (printed as one line by the command line)."""
@@ -74,9 +93,9 @@ class AdaptConfig:
     output: str
     split: str = "train"
     kind: str = "auto"  # how to read ``model``: auto | dense | sparse (an MLM checkpoint as SPLADE)
-    max_steps: int = 500
+    max_steps: int | None = None  # None: the method's default (METHOD_DEFAULTS)
     batch_size: int = 8
-    learning_rate: float = 2e-5
+    learning_rate: float | None = None  # None: the method's default
     max_length: int | None = None
     eval_steps: int | None = None
     dev_queries: int = 50
@@ -87,8 +106,8 @@ class AdaptConfig:
     max_queries: int | None = None
     teacher: str = "fusion"
     dense_teacher: str | None = None
-    mlm_steps: int = 1000
-    expand_vocabulary: bool = True
+    mlm_steps: int | None = None  # cai; None: the method's default (0)
+    expand_vocabulary: bool | None = None  # cai; None: the method's default (False)
     delta_v: int = 3000
     rem: str | None = None
     margin_scale: float | str | None = None  # Margin-MSE: None = default_scale, "auto" = calibrated, or a factor
@@ -98,6 +117,7 @@ class AdaptConfig:
     work_dir: str | None = None
     command: str | None = None
     show_progress_bar: bool = False
+    dtype: str = "auto"  # auto | fp32 | bf16 | fp16: encoding and training precision (hf_dr.precision)
 
 
 @dataclass
@@ -106,6 +126,25 @@ class AdaptResult:
     metrics: dict
     work_dir: Path
     stages: dict = field(default_factory=dict)  # stage -> "cached" / "computed" / "reused"
+
+
+def with_method_defaults(cfg: AdaptConfig) -> AdaptConfig:
+    """``cfg`` with every field left at ``None`` set to its method's default (:data:`METHOD_DEFAULTS`),
+    and ``eval_steps`` resolved (:func:`_eval_steps`)."""
+    import dataclasses
+
+    own = {**FALLBACKS, **METHOD_DEFAULTS.get(cfg.method, {})}
+    filled = {k: v for k, v in own.items() if getattr(cfg, k) is None}
+    cfg = dataclasses.replace(cfg, **filled)
+    if cfg.eval_steps is None and cfg.max_steps and cfg.max_steps > 0:
+        cfg = dataclasses.replace(cfg, eval_steps=_eval_steps(cfg))
+    return cfg
+
+
+def resolved_config(cfg: AdaptConfig) -> dict:
+    """The fields of :data:`CONFIG_FIELDS` after :func:`with_method_defaults` (what metrics.json records)."""
+    cfg = with_method_defaults(cfg)
+    return {k: getattr(cfg, k) for k in CONFIG_FIELDS}
 
 
 def default_work_dir(output: str | Path) -> Path:
@@ -138,6 +177,15 @@ def check_config(cfg: AdaptConfig) -> None:
 
     if cfg.method not in METHODS:
         raise AdaptError(f"unknown method {cfg.method!r}: one of {', '.join(METHODS)}")
+    if cfg.max_steps is not None and cfg.max_steps < 1:
+        raise AdaptError("--max-steps must be at least 1")
+    cfg = with_method_defaults(cfg)
+    try:  # a bad --dtype, or fp16 training without a GPU, before any work
+        from ..precision import training_precision
+
+        training_precision(cfg.dtype)
+    except ValueError as e:
+        raise AdaptError(str(e)) from None
     if cfg.split == "test":
         raise AdaptError("--split test would train on the test queries: the test split is for evaluation only "
                          "(use --split train)")
@@ -280,6 +328,7 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
 
     say = progress or (lambda s: logger.info("%s", s))
     check_config(cfg)
+    cfg = with_method_defaults(cfg)
     out = Path(cfg.output).expanduser()
     work = Path(cfg.work_dir).expanduser() if cfg.work_dir else default_work_dir(out)
     work.mkdir(parents=True, exist_ok=True)
@@ -290,6 +339,7 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
     # the corpus and the training queries only (never their labels; the test split is not read here)
     data, queries, has_train_qrels = beir.load_training_queries(cfg.data, split=cfg.split)
     student = _load_student(cfg)
+    student.encode_dtype = cfg.dtype
     max_length = cfg.max_length or _own_max_length(student)
     _set_max_length(student, max_length)
 
@@ -311,21 +361,22 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
             from ..models import load_encoder
 
             dense = load_encoder(cfg.dense_teacher)
+            dense.encode_dtype = cfg.dtype
             if cfg.max_length:
                 _set_max_length(dense, max_length)
         elif not getattr(student, "output_is_sparse", False):
             dense, dense_name = student, cfg.model
-        needs_dense = cfg.teacher == "fusion" or cfg.negatives == "simans"
-        if needs_dense and dense is None:
-            raise AdaptError(f"--teacher {cfg.teacher} / --negatives {cfg.negatives} need a dense retriever and "
-                             f"the student {cfg.model} is sparse: give --dense-teacher (e.g. all-MiniLM-L6-v2), "
-                             "or --teacher cross-encoder:ID with --negatives bm25")
-        from ..labeling.finetune import default_scale
+        elif cfg.teacher == "fusion" or cfg.negatives == "simans":  # a sparse student: the quickstart's dense model
+            from ..models import default_model_path, load_encoder
 
+            dense_name = default_model_path()
+            say(f"label: the dense half of the teacher / SimANS is {_public(dense_name)} (--dense-teacher to change)")
+            dense = load_encoder(dense_name)
+            if cfg.max_length:
+                _set_max_length(dense, max_length)
         pl_cfg = PseudoLabelConfig(split=cfg.split, bm25_top=cfg.bm25_top, k=cfg.k, m=cfg.m, negatives=cfg.negatives,
                                    dev_queries=cfg.dev_queries, max_queries=cfg.max_queries, seed=cfg.seed,
-                                   dense_max_length=max_length if dense is not None else None,
-                                   simans_score_scale=default_scale(dense) if dense is not None else 1.0)
+                                   dense_max_length=max_length if dense is not None else None)
         labels = build_pseudo_labels(data, work / "labels", pl_cfg, reranker=cfg.teacher, dense_encoder=dense,
                                      dense_name=dense_name, queries=queries, cache_dir=work / "cache",
                                      command=cfg.command, show_progress_bar=cfg.show_progress_bar, overwrite=True,
@@ -335,6 +386,11 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
         stages["label"] = "computed" if computed else "cached"
         say(f"label: {'cached' if not computed else 'computed'} ({len(train)} triplets from "
             f"{label_stats['train_queries']} queries, dev set of {label_stats['dev_queries']} queries)")
+        from ..labeling.pseudo_relevance import degenerate_summary
+
+        summary = degenerate_summary(label_stats, keep_hint="hf-dr label --keep-degenerate, then --labels, keeps them")
+        if summary:  # #21: queries whose labels cannot be trusted (dropped)
+            say(f"label: {summary}")
     label_minutes = (time.time() - t0) / 60
     if len(dev) == 0:
         raise AdaptError("the pseudo-labelled dev set is empty (too few training queries: the dev set takes at most "
@@ -358,7 +414,7 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
     train_params = {"method": cfg.method, "init": init_fp,
                     "labels": labels_key if cfg.method != "ddr" else {"dev": labels_key["dev"]}, "max_steps": cfg.max_steps,
                     "batch_size": cfg.batch_size, "lr": cfg.learning_rate, "max_length": max_length,
-                    "eval_steps": _eval_steps(cfg), "seed": cfg.seed,
+                    "eval_steps": _eval_steps(cfg), "seed": cfg.seed, **_dtype_key(cfg),
                     **({"margin_scale": cfg.margin_scale} if cfg.method == "pseudo-margin-mse" else {})}
     run_dir = work / f"train-{cfg.method}-{_digest(train_params)}"
     done = run_dir / "DONE.json"
@@ -419,13 +475,16 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
 
         test = beir.load_beir(cfg.data, split="test")
         selected = student if kept_start else load_encoder(selected_dir)
+        selected.encode_dtype = cfg.dtype
         before = _evaluate_cached(cache, student, test, cfg.batch_size)
         after = before if kept_start else _evaluate_cached(cache, selected, test, cfg.batch_size)
         t_stat, p_value = _ttest(after, before)
         say(f"evaluate: test nDCG@10 {before['aggregate']['ndcg@10']:.4f} -> {after['aggregate']['ndcg@10']:.4f} "
             f"(p = {p_value:.3g}, {after['n_queries']} queries)")
         if last_step != selected_step and (last_dir / "config.json").is_file():
-            res = _evaluate_cached(cache, load_encoder(last_dir), test, cfg.batch_size)["aggregate"]
+            last_model = load_encoder(last_dir)
+            last_model.encode_dtype = cfg.dtype
+            res = _evaluate_cached(cache, last_model, test, cfg.batch_size)["aggregate"]
             last_eval = {"step": last_step, **res}
             say(f"evaluate: the last checkpoint (step {last_step}, not selected) would score test nDCG@10 "
                 f"{res['ndcg@10']:.4f}")
@@ -455,15 +514,15 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
                    "learning_rate": cfg.learning_rate, "max_length": max_length,
                    "mlm_steps": cfg.mlm_steps if cfg.method == "cai" else None,
                    "margin_scale": record.get("margin_scale"),
-                   "label_minutes": round(label_minutes, 2), "train_minutes": train_minutes,
+                   "dtype": _dtype_name(cfg), "label_minutes": round(label_minutes, 2), "train_minutes": train_minutes,
                    "minutes": round((time.time() - t_start) / 60, 2)},
         "label_stats": {k: label_stats.get(k) for k in ("train_queries", "dev_queries", "triplets", "dev_rows",
-                                                      "queries_without_bm25_hits") if k in label_stats},
+                                                      "queries_without_bm25_hits", "dtype") if k in label_stats},
         "negatives": (label_stats.get("config") or {}).get("negatives", cfg.negatives),
         "cai": prep or None,
         "ddr": {"rem": _public(_ddr_rem(cfg)), "trained": "the target DAM (continual MLM); the REM unchanged",
                 "source_dam": _public(student.config.dam_name_or_path)} if cfg.method == "ddr" else None,
-        "command": _public_command(cfg.command), "stages": stages,
+        "config": resolved_config(cfg), "command": _public_command(cfg.command), "stages": stages,
     }
     _write_output(cfg, out, work, selected_dir, metrics, after)
     say(f"wrote {out} (model/, README.md, metrics.json)")
@@ -471,7 +530,16 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
 
 
 def _eval_steps(cfg: AdaptConfig) -> int:
-    return min(cfg.eval_steps or max(1, cfg.max_steps // 5), cfg.max_steps)
+    """A checkpoint + dev evaluation every ``eval_steps``; by default every fifth of the run but not
+    more often than every 100 steps (every measured row's setting), never past the end."""
+    return min(cfg.eval_steps or max(100, cfg.max_steps // 5), cfg.max_steps)
+
+
+def _dtype_name(cfg: AdaptConfig) -> str:
+    """``fp32`` / ``bf16`` / ``fp16``: what ``cfg.dtype`` resolves to here (recorded in the budget)."""
+    from ..precision import dtype_name
+
+    return dtype_name(cfg.dtype)
 
 
 def _public(v):
@@ -500,7 +568,7 @@ def _cai_backbone(cfg: AdaptConfig, data, work: Path, max_length: int, say, stag
     local = Path(str(cfg.model)).expanduser()
     params = {"backbone": _folder_fingerprint(local) if local.exists() else str(cfg.model), "corpus": corpus_fp, "vocab": cfg.expand_vocabulary,
               "delta_v": cfg.delta_v, "mlm_steps": cfg.mlm_steps, "bs": cfg.batch_size, "len": max_length,
-              "seed": cfg.seed}
+              "seed": cfg.seed, **_dtype_key(cfg)}
     check_model(cfg.model, kind="sparse")
     d = work / f"cai-{_digest(params)}"
     fresh = not (d / "report.json").is_file()
@@ -511,7 +579,8 @@ def _cai_backbone(cfg: AdaptConfig, data, work: Path, max_length: int, say, stag
                                   output_dir=str(d), target_split=None, expand_vocabulary=cfg.expand_vocabulary,
                                   delta_v=cfg.delta_v, continual_mlm=cfg.mlm_steps > 0,
                                   mlm_steps=max(1, cfg.mlm_steps), mlm_batch_size=cfg.batch_size,
-                                  mlm_max_length=max_length, train_splade=False, evaluate=False, seed=cfg.seed)) \
+                                  mlm_max_length=max_length, train_splade=False, evaluate=False, seed=cfg.seed),
+                     dtype=cfg.dtype) \
         if fresh else json.loads((d / "report.json").read_text())
     stages["cai"] = "computed" if fresh else "cached"
     model = SPLADECAI.from_pretrained(report["model_dir"])
@@ -541,7 +610,7 @@ def _train(cfg: AdaptConfig, model, train, dev, run_dir: Path, max_length: int, 
     """Train ``model`` on the pseudo-labels with the method's objective, checkpoints (and their dev
     nDCG@10) every ``eval_steps``; resumes from the newest complete checkpoint of ``run_dir``.
     Saves the best checkpoint's weights to ``run_dir/selected``; returns ``{"dev": {step: score}}``."""
-    from ..labeling.finetune import default_scale, train_on_pseudo_labels
+    from ..labeling.finetune import train_on_pseudo_labels
     from ..training import last_complete_checkpoint, quiet_progress_bars
 
     kwargs: dict = {}
@@ -549,7 +618,7 @@ def _train(cfg: AdaptConfig, model, train, dev, run_dir: Path, max_length: int, 
     if cfg.method == "dodress":
         from ..objectives import RankNetObjective
 
-        kwargs["objective"] = RankNetObjective(scale=default_scale(model))
+        kwargs["objective"] = RankNetObjective()  # scale: the model's own similarity
     elif cfg.method == "pseudo-margin-mse":
         from ..objectives import MarginMSEObjective
 
@@ -573,7 +642,7 @@ def _train(cfg: AdaptConfig, model, train, dev, run_dir: Path, max_length: int, 
         parts, _ = cache.datasets("berm_units", {"train": _dataset_digest(train)},
                                   lambda: ({"train": annotate_units(train, show_progress_bar=False)}, {}))
         train = parts["train"]
-        kwargs.update(objective=BERMObjective(scale=default_scale(model)),
+        kwargs.update(objective=BERMObjective(),  # scale: the model's own similarity
                       collator=UnitCollator(model.tokenizer, query_max_length=max_length, doc_max_length=max_length,
                                             neg_column="neg", score_column=None))
     last = last_complete_checkpoint(run_dir)
@@ -589,7 +658,8 @@ def _train(cfg: AdaptConfig, model, train, dev, run_dir: Path, max_length: int, 
         model, train, run_dir, dev, max_length=max_length, learning_rate=cfg.learning_rate,
         batch_size=cfg.batch_size, max_steps=cfg.max_steps, eval_steps=_eval_steps(cfg), seed=cfg.seed,
         logging_steps=max(1, min(50, cfg.max_steps // 10)), save_total_limit=None,
-        resume_from_checkpoint="last" if last else None, disable_tqdm=not cfg.show_progress_bar, **kwargs)
+        resume_from_checkpoint="last" if last else None, disable_tqdm=not cfg.show_progress_bar, dtype=cfg.dtype,
+        **kwargs)
     model = trainer.model
     model.eval()
     dev_scores = {int(e["step"]): float(e["eval_ndcg@10"]) for e in trainer.state.log_history if "eval_ndcg@10" in e}
@@ -624,7 +694,8 @@ def _train_ddr(cfg: AdaptConfig, model, texts, evaluator, dev_key: str, run_dir:
     args = TrainingArguments(output_dir=str(run_dir), max_steps=cfg.max_steps, per_device_train_batch_size=cfg.batch_size,
                              learning_rate=cfg.learning_rate, save_strategy="steps", save_steps=_eval_steps(cfg),
                              save_total_limit=None, seed=cfg.seed, data_seed=cfg.seed, report_to=[],
-                             logging_steps=max(1, min(50, cfg.max_steps // 10)), disable_tqdm=not cfg.show_progress_bar)
+                             logging_steps=max(1, min(50, cfg.max_steps // 10)), disable_tqdm=not cfg.show_progress_bar,
+                             **_training_precision(cfg))
     mlm = load_mlm_model(source)
     train_mlm(mlm, model.tokenizer, texts, args, MLMArguments(max_length=max_length),
               resume_from_checkpoint=last or False, save=False)
@@ -642,6 +713,18 @@ def _train_ddr(cfg: AdaptConfig, model, texts, evaluator, dev_key: str, run_dir:
         best = max(dev, key=lambda s: (dev[s], -s))
         _save_checkpoint_model(cfg, model, run_dir / f"checkpoint-{best}", run_dir / "selected")
     return {"dev": dev}
+
+
+def _dtype_key(cfg: AdaptConfig) -> dict:
+    """``{"dtype": ...}`` in a stage's cache key when it is not fp32 (fp32 keeps the keys of before)."""
+    name = _dtype_name(cfg)
+    return {"dtype": name} if name != "fp32" else {}
+
+
+def _training_precision(cfg: AdaptConfig) -> dict:
+    from ..precision import training_precision
+
+    return training_precision(cfg.dtype)
 
 
 def _save_checkpoint_model(cfg: AdaptConfig, init, checkpoint: Path, folder: Path) -> None:
@@ -674,8 +757,11 @@ def _evaluate_cached(cache, model, test, batch_size: int) -> dict:
     from ..retrieval import EncoderRetriever
 
     _, corpus_fp = corpus_fingerprint(zip(test.doc_ids(), test.doc_texts()))
+    from ..precision import dtype_name, encoding_dtype
+
+    dt = dtype_name(encoding_dtype(model))
     key = {"model": model_fingerprint(model), "corpus": corpus_fp, "qrels": _digest(test.qrels),
-           "queries": _digest(test.split_queries()), "metrics": list(METRICS)}
+           "queries": _digest(test.split_queries()), "metrics": list(METRICS), **({"dtype": dt} if dt != "fp32" else {})}
 
     def run():
         retriever = EncoderRetriever.from_data(model, test, batch_size=32, show_progress_bar=False)

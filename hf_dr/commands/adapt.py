@@ -10,10 +10,18 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ..cli import finite_float, non_negative_int, positive_int
+from ..cli import add_dtype_argument, finite_float, non_negative_int, positive_int
+
+
+def _defaults(field: str) -> str:
+    from ..adaptation.pipeline import METHOD_DEFAULTS
+
+    return ", ".join(f"{m} {v[field]:g}" for m, v in METHOD_DEFAULTS.items() if field in v)
 
 
 def register(sub) -> None:
+    import argparse
+
     from ..adaptation.pipeline import METHODS
 
     p = sub.add_parser("adapt", help="adapt a retriever to a corpus: label, train, select, evaluate, card",
@@ -30,13 +38,16 @@ def register(sub) -> None:
                    "Without qrels/SPLIT.tsv every query not judged in qrels/test.tsv is a training query")
     p.add_argument("--labels", default=None, metavar="DIR", help="re-use a `hf-dr label` output folder (train + dev) "
                    "instead of labelling")
-    p.add_argument("--max-steps", type=positive_int, default=500, help="training steps (default 500; the paper: 10000)")
+    p.add_argument("--max-steps", type=positive_int, default=None,
+                   help=f"training steps (default per method, its measured row: {_defaults('max_steps')}; "
+                        "the papers: 10000 on a GPU)")
     p.add_argument("--batch-size", type=positive_int, default=8)
-    p.add_argument("--learning-rate", type=finite_float, default=2e-5,
-                   help="default 2e-5 for CPU-size runs (the paper: 2e-6 for 10k steps)")
+    p.add_argument("--learning-rate", type=finite_float, default=None,
+                   help=f"default per method, its measured row: {_defaults('learning_rate')} (DoDress's paper: "
+                        "2e-6 for 10k steps)")
     p.add_argument("--max-length", type=positive_int, default=None, help="max tokens (default: the model's own)")
     p.add_argument("--eval-steps", type=positive_int, default=None,
-                   help="checkpoint + dev evaluation every N steps (default max-steps / 5)")
+                   help="checkpoint + dev evaluation every N steps (default max-steps / 5, at least 100)")
     p.add_argument("--dev-queries", type=positive_int, default=50, help="training queries held out for the dev set")
     p.add_argument("--negatives", default="simans", choices=["bm25", "simans", "random"])
     p.add_argument("--k", type=positive_int, default=1, help="pseudo-positives per query")
@@ -45,10 +56,14 @@ def register(sub) -> None:
     p.add_argument("--max-queries", type=positive_int, default=None, help="label only the first N queries")
     p.add_argument("--teacher", default="fusion", help="fusion | cross-encoder:ID | monot5:ID (default fusion)")
     p.add_argument("--dense-teacher", default=None,
-                   help="the dense model of the fusion teacher and SimANS (default: --model when it is dense)")
-    p.add_argument("--mlm-steps", type=non_negative_int, default=1000,
-                   help="cai: continual MLM steps (0: none; ddr's training is the MLM: --max-steps)")
-    p.add_argument("--no-vocabulary", action="store_true", help="cai: skip the AdaLM vocabulary expansion")
+                   help="the dense model of the fusion teacher and SimANS (default: --model when it is dense, "
+                        "else all-MiniLM-L6-v2: the quickstart's model)")
+    p.add_argument("--mlm-steps", type=non_negative_int, default=None,
+                   help="cai: continual MLM steps (default 0: none, measured to degrade splade-tiny, see "
+                        "docs/splade_cai.md; the paper's chain: e.g. 1000; ddr's training is the MLM: --max-steps)")
+    p.add_argument("--vocabulary", action=argparse.BooleanOptionalAction, default=None,
+                   help="cai: the AdaLM vocabulary expansion (default off: measured to collapse splade-tiny, "
+                        "see docs/splade_cai.md; --vocabulary for the paper's chain)")
     p.add_argument("--delta-v", type=positive_int, default=3000, help="cai: vocabulary increment per iteration")
     p.add_argument("--rem", default=None, help="ddr: the REM the target DAM is made for, when --model cannot say "
                    "so (a Hub id); a REM folder is given as --model")
@@ -56,6 +71,7 @@ def register(sub) -> None:
                    help="pseudo-margin-mse: factor on the student's scores before their margins are "
                         "matched to the teacher's; auto = mean teacher margin / mean student margin on 256 training "
                         "triplets (default: 20 for cosine students, 1 for dot-product ones)")
+    add_dtype_argument(p, "encoding (labels, dev set, test) and training (the Trainer's mixed precision)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work-dir", default=None, help="stage cache and checkpoints (default: .OUTPUT.work beside it)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output once the new one is complete")
@@ -90,9 +106,9 @@ def run(args) -> int:
                       max_length=args.max_length, eval_steps=args.eval_steps, dev_queries=args.dev_queries,
                       negatives=args.negatives, k=args.k, m=args.m, bm25_top=args.bm25_top,
                       max_queries=args.max_queries, teacher=args.teacher, dense_teacher=args.dense_teacher,
-                      mlm_steps=args.mlm_steps, expand_vocabulary=not args.no_vocabulary, delta_v=args.delta_v,
+                      mlm_steps=args.mlm_steps, expand_vocabulary=args.vocabulary, delta_v=args.delta_v,
                       rem=args.rem, margin_scale=args.margin_scale, labels=args.labels, seed=args.seed, overwrite=args.overwrite,
-                      work_dir=args.work_dir, command=command)
+                      work_dir=args.work_dir, command=command, dtype=args.dtype)
     try:
         res = adapt(cfg, progress=print)
     except AdaptError as e:

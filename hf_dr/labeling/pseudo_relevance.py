@@ -33,6 +33,7 @@ when complete (:func:`hf_dr.io.output_folder`); a non-empty one is refused unles
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -63,15 +64,16 @@ DEGENERATE_RULE = {
     "few_candidates": "fewer than k + m BM25 candidates: too few ranked documents for the k pseudo-positives and "
                       "m negatives (e.g. a one-word query that matches two documents)",
     "non_finite": "a teacher score (of a candidate or of a sampled negative) is NaN or infinite",
-    "zero_variance": "the teacher scores all the query's candidates alike: the pseudo-positives are a tie broken "
-                     "by document id and every margin among them is 0",
+    "zero_variance": "the teacher scores all the query's candidates alike (or all the documents of its triplets): "
+                     "the pseudo-positives are a tie broken by document id and the margins are 0",
     "margin_out_of_bound": "a triplet's |pos_score - neg_score| exceeds the teacher's margin_bound, the widest "
                            "margin its scale produces (fusion: 2 * sum|w| * sqrt(n - 1) over its reference set of "
                            "n documents; monoT5: 1; no bound for other teachers)",
 }
 #: bumped when the rule or the teacher's normalisation changes what the triplet stage writes
 DEGENERATE_RULE_VERSION = 1
-_REASON_TEXT = {"no_bm25_hit": "without any BM25 hit", "few_candidates": "with fewer than {need} BM25 candidates (k + m)",
+_REASON_TEXT = {"no_bm25_hit": "without any BM25 hit",
+                "few_candidates": "with fewer than {need} BM25 candidates (k + m)",
                 "non_finite": "with non-finite teacher scores", "zero_variance": "with zero-variance teacher scores",
                 "margin_out_of_bound": "with a teacher margin beyond ±{bound}"}
 
@@ -91,10 +93,10 @@ class PseudoLabelConfig:
     simans_top_k: int = field(default=500, metadata={"help": "SimANS candidates: top-K of the dense retriever"})
     simans_a: float = field(default=0.5, metadata={"help": "SimANS a (density of Eq. 1)"})
     simans_b: float = field(default=0.0, metadata={"help": "SimANS b (offset of the peak of Eq. 1)"})
-    simans_score_scale: float = field(default=1.0, metadata={
+    simans_score_scale: float | None = field(default=None, metadata={
         "help": "multiply the dense scores by this before Eq. 1. a=0.5 suits dot-product scores (the paper); "
-                "with cosine scores in [-1, 1] Eq. 1 is then almost uniform over the top-K: use the student's "
-                "training scale (20 for cosine models, see hf_dr.labeling.finetune.default_scale)"})
+                "with cosine scores in [-1, 1] Eq. 1 is then almost uniform over the top-K. Default: the dense "
+                "model's own similarity (hf_dr.objectives.scale.default_scale: 20 for cosine models, 1 for dot)"})
     dev_queries: int = field(default=50, metadata={"help": "queries held out for the dev set (at most 1/5 of them)"})
     dev_positives: int = field(default=10, metadata={"help": "dev set: top reranked documents counted relevant"})
     dev_negatives: int = field(default=90, metadata={"help": "dev set: random negatives per query"})
@@ -130,6 +132,8 @@ class PseudoLabelConfig:
                 raise ValueError(f"{self._FLAGS[name]} must be {what} (got {v}){extra}")
         for name, flag in (("simans_score_scale", "--simans-score-scale"), ("simans_a", "simans_a")):
             v = getattr(self, name)
+            if v is None and name == "simans_score_scale":  # the dense model's own (build_pseudo_labels)
+                continue
             if not (isinstance(v, (int, float)) and np.isfinite(v) and v > 0):
                 raise ValueError(f"{flag} must be a positive number (got {v!r})")
         if self.k >= self.bm25_top:
@@ -348,6 +352,11 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
 
     config = config or PseudoLabelConfig()
     config.validate()
+    if config.simans_score_scale is None:  # the dense model's own similarity: 20 for cosine, 1 for dot
+        from ..objectives.scale import default_scale
+
+        config = dataclasses.replace(config, simans_score_scale=default_scale(dense_encoder)
+                                     if dense_encoder is not None else 1.0)
     out = Path(output_dir).expanduser()
     cache_root = resolve_cache_dir(out, cache_dir)
     emb_path = getattr(doc_embeddings, "path", doc_embeddings)
@@ -395,7 +404,12 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
         logger.warning("%d of %d queries have no BM25 hit and get no pseudo-labels", len(no_hits), len(qids))
 
     # 2. dense embeddings (one corpus encoding, shared by the fusion reranker and SimANS)
-    dense_key = {**corpus_key, "model": dense_fp, "max_length": config.dense_max_length}
+    # the precision the dense model encodes in (--dtype); fp32, the CPU default, keeps the keys of before
+    from ..precision import dtype_name, encoding_dtype
+
+    dense_dtype = dtype_name(encoding_dtype(dense_encoder)) if dense_encoder is not None else None
+    dtype_key = {"dtype": dense_dtype} if dense_dtype not in (None, "fp32") else {}
+    dense_key = {**corpus_key, "model": dense_fp, "max_length": config.dense_max_length, **dtype_key}
     emb = {}
 
     def encode_docs():
@@ -418,7 +432,8 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
 
     def query_emb() -> dict[str, np.ndarray]:
         if "queries" not in emb:
-            arr = cache.array("query_embeddings", {**query_key, "model": dense_fp, "max_length": config.dense_max_length},
+            arr = cache.array("query_embeddings", {**query_key, "model": dense_fp, "max_length": config.dense_max_length,
+                                                   **dtype_key},
                               lambda: dense_encoder.encode_queries([queries[q] for q in qids], batch_size=config.batch_size))
             emb["queries"] = dict(zip(qids, arr))
         return emb["queries"]
@@ -521,6 +536,9 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
             margins = np.array([r["pos_score"] - r["neg_score"] for r in q_rows], dtype=np.float64)
             if not np.all(np.isfinite(margins)) and "non_finite" not in reasons:
                 reasons.append("non_finite")
+            elif len(q_rows) and "zero_variance" not in reasons and "non_finite" not in reasons and len(
+                    {r["pos_score"] for r in q_rows} | {r["neg_score"] for r in q_rows}) == 1:
+                reasons.append("zero_variance")  # e.g. one candidate, and negatives scored like it
             elif bound is not None and margins.size and np.all(np.isfinite(margins)) \
                     and np.abs(margins).max() > bound:
                 reasons.append("margin_out_of_bound")
@@ -579,7 +597,7 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
              **meta, "degenerate_queries": len(found), "degenerate": degenerate,
              "reranker": _public_reranker_name(reranker, dense_name), "dense_model": public_name(dense_name),
              "config": asdict(config), "cache": {"reused": cache.hits, "computed": cache.computed},
-             "fingerprints": {"corpus": corpus_fp, "queries": query_key["queries"], "dense_model": dense_fp},
+             "dtype": dense_dtype, "fingerprints": {"corpus": corpus_fp, "queries": query_key["queries"], "dense_model": dense_fp},
              "command": _public_command(command)}
 
     summary = degenerate_summary(stats)
@@ -609,10 +627,11 @@ def _teacher_margin_bound(reranker, reference_size: int, n_docs: int) -> float |
     return 1.0 if kind == "monot5" else None
 
 
-def degenerate_summary(stats: dict) -> str | None:
+def degenerate_summary(stats: dict, keep_hint: str = "--keep-degenerate to keep them") -> str | None:
     """One line on the degenerate queries of a labelling run (``stats``: its stats), or None when
     there are none: ``dropped 32 of 2,590 queries with degenerate labels: 30 with fewer than 11
-    BM25 candidates (k + m), 2 with ...; --keep-degenerate to keep them``."""
+    BM25 candidates (k + m), 2 with ...; --keep-degenerate to keep them`` (``keep_hint``: how
+    the caller keeps them)."""
     d = stats.get("degenerate") or {}
     ids = d.get("ids") or {}
     if not ids:
@@ -631,7 +650,7 @@ def degenerate_summary(stats: dict) -> str | None:
     if no_hit:
         parts.append(f"{no_hit:,} {_REASON_TEXT['no_bm25_hit']}")
     return (f"dropped {len(ids):,} of {total} queries with degenerate labels: {', '.join(parts)} (ids in stats.json)"
-            + ("; --keep-degenerate to keep them" if keepable else ""))
+            + (f"; {keep_hint}" if keepable else ""))
 
 
 def _public_reranker_name(reranker, dense_name) -> str:

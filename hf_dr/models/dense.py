@@ -17,7 +17,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from ..encoding import EncoderMixin
 
-__all__ = ["DenseEncoder", "pool"]
+__all__ = ["DenseEncoder", "pool", "own_pooling_and_similarity"]
 
 _CONFIG_NAME = "hf_dr_dense.json"
 
@@ -84,11 +84,22 @@ def _st_settings(path: str) -> dict:
                     out["pooling"] = "mean"
             if t.endswith("Normalize"):
                 out["normalize"] = True
+        # a model scored by cosine without a Normalize module: cosine = the inner product of unit vectors
+        if str(_read_json(p / "config_sentence_transformers.json").get("similarity_fn_name")).lower() == "cosine":
+            out["normalize"] = True
         out.setdefault("normalize", False)
     sb = _read_json(p / "sentence_bert_config.json")
     if "max_seq_length" in sb:
         out["max_length"] = int(sb["max_seq_length"])
     return out
+
+
+def own_pooling_and_similarity(path_or_id: str | os.PathLike, default_pooling: str = "cls") -> tuple[str, str]:
+    """The pooling and similarity (``"cos"`` / ``"dot"``) a checkpoint declares in its own
+    sentence-transformers configuration (``Pooling``, ``Normalize``, ``similarity_fn_name``);
+    ``default_pooling`` and ``"dot"`` for a plain transformers checkpoint that declares neither."""
+    st = _st_settings(str(path_or_id))
+    return st.get("pooling", default_pooling), ("cos" if st.get("normalize") else "dot")
 
 
 class DenseEncoder(nn.Module, EncoderMixin):
