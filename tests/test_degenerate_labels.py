@@ -284,12 +284,14 @@ SCIFACT = DATA / "scifact"
 def test_one_word_queries_on_scifact(tmp_path):
     """The issue's setting on a SciFact slice: fusion teacher (BM25 + MiniLM), SimANS negatives from
     MiniLM, real claims plus one-word queries of which some match only 1-3 documents. Before the
-    fix the one-word queries' negatives got teacher scores in the thousands (see the report)."""
+    fix the negatives of the two- and three-document queries got teacher scores down to -56.6
+    (the claims' range: -2.5 to 9.8) and a mean squared margin of 1,781 (claims: 40); now -1.5
+    to 12.0 and 79."""
     from hf_dr.data import load_beir
     from hf_dr.models import load_encoder
 
     data = load_beir(need(SCIFACT), split="train")
-    data.corpus = data.corpus.select(range(600))
+    data.corpus = data.corpus.select(range(300))
     enc = load_encoder(need(MINILM))
     texts = data.doc_texts()
     bm25 = BM25Index(data.doc_ids(), texts)
@@ -302,9 +304,9 @@ def test_one_word_queries_on_scifact(tmp_path):
     hits = {w: len(bm25.search({"w": w}, top_k=100)["w"]) for w in sorted(counts) if counts[w] <= 20}
     rare = [w for w, n in hits.items() if 1 <= n <= 3][:4]
     some = [w for w, n in hits.items() if 11 <= n <= 20][:2]
-    claims = dict(list(data.split_queries().items())[:16])
+    claims = dict(list(data.split_queries().items())[:10])
     queries = {**claims, **{f"w-{w}": w for w in rare + some}}
-    cfg = dict(k=1, m=10, negatives="simans", simans_score_scale=20.0, dev_queries=0, dense_max_length=128)
+    cfg = dict(k=1, m=10, negatives="simans", simans_score_scale=20.0, dev_queries=0, dense_max_length=64)
     common = dict(dense_encoder=enc, dense_name="minilm", queries=queries, bm25=bm25, show_progress_bar=False,
                   cache_dir=tmp_path / "cache")
     keep = build_pseudo_labels(data, tmp_path / "keep", PseudoLabelConfig(**cfg, keep_degenerate=True), **common)

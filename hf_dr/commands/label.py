@@ -54,7 +54,8 @@ def run(args) -> int:
     from ..cli import CLIError
     from ..data.beir import load_training_queries
     from ..io import check_output_folder, local_inputs
-    from ..labeling.pseudo_relevance import PseudoLabelConfig, build_pseudo_labels, degenerate_summary, resolve_cache_dir
+    from ..labeling.pseudo_relevance import (PseudoLabelConfig, build_pseudo_labels, degenerate_summary,
+                                             resolve_cache_dir)
     from ..models import check_model, load_encoder
 
     cfg = PseudoLabelConfig(split=args.split, bm25_top=args.bm25_top, k=args.k, m=args.m, negatives=args.negatives,
