@@ -186,9 +186,9 @@ def apply_vocabulary(model, original_tokenizer, expansion: VocabularyExpansion |
 
 def plot_entropy_curve(expansion: VocabularyExpansion, path: str | os.PathLike, title: str = "") -> Path:
     """Appendix E / Figure 3: corpus unigram entropy against vocabulary size."""
-    import matplotlib
+    from ..extras import require
 
-    matplotlib.use("Agg")
+    require("matplotlib").use("Agg")
     import matplotlib.pyplot as plt
 
     if not expansion.sizes:

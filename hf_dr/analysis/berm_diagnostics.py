@@ -100,9 +100,9 @@ def berm_diagnostics(model, rows, *, batch_size: int = 16, max_query_length: int
 def plot_berm_diagnostics(results: Mapping[str, dict], path: str | os.PathLike, title: str = "") -> Path:
     """Before/after plot: per-passage variance distributions (log scale) and accuracies,
     one colour per model (``results``: name -> :func:`berm_diagnostics` output)."""
-    import matplotlib
+    from ..extras import require
 
-    matplotlib.use("Agg")
+    require("matplotlib").use("Agg")
     import matplotlib.pyplot as plt
 
     names = list(results)

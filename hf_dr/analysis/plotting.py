@@ -7,8 +7,9 @@ from pathlib import Path
 
 def save_figure(fig, path, dpi: int = 120) -> Path:
     """Lay out ``fig``, write it to ``path`` (parent folders created), close it, return the path."""
-    import matplotlib.pyplot as plt
+    from ..extras import require
 
+    plt = require("matplotlib.pyplot")
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

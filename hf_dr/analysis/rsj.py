@@ -95,9 +95,9 @@ def delta_rsj(data, runs: Mapping[str, Mapping[str, Mapping[str, float]]], k: in
 
 def plot_delta_rsj(result: dict, path: str | os.PathLike, title: str = "") -> Path:
     """Figure 2 of the paper: mean ΔRSJ per group, one bar per run."""
-    import matplotlib
+    from ..extras import require
 
-    matplotlib.use("Agg")
+    require("matplotlib").use("Agg")
     import matplotlib.pyplot as plt
 
     names = list(result["groups"])

