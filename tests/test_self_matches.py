@@ -76,3 +76,27 @@ def test_a_self_match_judged_relevant_is_kept(tmp_path):
     assert qid in res.run[qid] and q2 not in res.run[q2]
     assert res.self_matches == {"rule": "auto", "queries_with_own_id": 2, "removed": 1, "kept_judged_relevant": 1}
     assert evaluate(r, data, k=10, queries={qid: texts[qid]}, ignore_identical_ids=True).run[qid].get(qid) is None
+
+
+def test_a_pseudo_positive_is_never_the_querys_own_document(tmp_path):
+    """Labelling (hf-dr label / adapt) follows the same rule: where the queries are documents
+    (ArguAna-like: same id, same text), the query's own document is no candidate, so neither a
+    pseudo-positive nor a negative."""
+    from hf_dr.labeling.pseudo_relevance import PseudoLabelConfig, build_pseudo_labels
+    from hf_dr.labeling.rerankers import Reranker
+
+    data = load_beir(SAMPLE, split=None)
+    queries = {d: t[:200] for d, t in zip(data.doc_ids()[:8], data.doc_texts()[:8])}  # queries that are documents
+
+    class ByCandidateScore(Reranker):  # the teacher agrees with BM25
+        name = "bm25-scores"
+
+        def score_documents(self, query_id, query, doc_ids, candidates=None):
+            return [candidates[d] for d in doc_ids]
+
+    labels = build_pseudo_labels(data, tmp_path / "labels", PseudoLabelConfig(k=2, m=3, bm25_top=20, negatives="bm25",
+                                                                              dev_queries=0),
+                                 reranker=ByCandidateScore(), queries=queries, show_progress_bar=False)
+    rows = labels.train.to_list()
+    assert rows and {r["query_id"] for r in rows} == set(queries)
+    assert not [r for r in rows if r["pos_id"] == r["query_id"] or r["neg_id"] == r["query_id"]]

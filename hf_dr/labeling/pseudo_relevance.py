@@ -49,6 +49,7 @@ from datasets import Dataset, Features, Value, load_from_disk
 from tqdm.auto import tqdm
 
 from ..embeddings import corpus_fingerprint, model_fingerprint
+from ..evaluation import apply_self_match_rule
 from ..io import check_output_folder, local_inputs, output_folder, public_name
 from .negatives import SAMPLERS, _check_sampler, sample_negatives
 from .rerankers import FUSION_REFERENCE_SIZE, FusionReranker, Reranker, get_reranker
@@ -395,6 +396,9 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
     # 1. BM25 candidates
     bm25_run = cache.json("bm25", bm25_key, lambda: BM25Retriever.from_index(get_bm25()).search(
         {q: queries[q] for q in qids}, config.bm25_top))
+    # the self-match rule of evaluation: a query's own document (same id, where the queries are
+    # documents, as in ArguAna) is never a candidate, so never a pseudo-positive nor a negative
+    bm25_run, _ = apply_self_match_rule(bm25_run)
     no_hits = [q for q in qids if not bm25_run.get(q)]
     labelled = [q for q in qids if bm25_run.get(q)]
     if not labelled:
@@ -474,6 +478,7 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
                                lambda: EncoderRetriever(dense_encoder, doc_emb(), doc_ids, use_gpu=False,
                                                         batch_size=config.batch_size).search(
                                    {q: queries[q] for q in qids}, top))
+        dense_run, _ = apply_self_match_rule(dense_run)
 
     # 5. dev split (the same for every sampler / k / m) and triplets
     split_rng = np.random.default_rng([config.seed, 0])
