@@ -34,7 +34,9 @@ from pathlib import Path
 
 from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments
 
+from hf_dr.cli import add_dtype_argument
 from hf_dr.io import one_line_warnings
+from hf_dr.precision import with_training_precision
 from hf_dr.adaptation.mlm import MLMArguments, load_mlm_model, mlm_loss, train_mlm
 from hf_dr.data import load_beir
 from hf_dr.io import atomic_write_json
@@ -70,7 +72,12 @@ def main():
     one_line_warnings()
     parser = HfArgumentParser((DAMArguments, MLMArguments, TrainingArguments), description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    dam_args, mlm_args, training_args = parser.parse_args_into_dataclasses()
+    add_dtype_argument(parser, "training (the Trainer's mixed precision; overrides --bf16 / --fp16 unless auto)")
+    dam_args, mlm_args, training_args, extra = parser.parse_args_into_dataclasses()
+    try:
+        training_args = with_training_precision(training_args, extra.dtype)
+    except ValueError as e:
+        fail(str(e))
     if dam_args.role not in ("source", "target"):
         fail("--role must be 'source' or 'target'")
     try:  # progress bars, the checkpoint to resume, the seed before any weight is initialised (a new MLM head)

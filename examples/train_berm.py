@@ -216,15 +216,19 @@ def _write_card(model, out: Path, info: dict, d: DataArguments) -> None:
 
 def main():
     from hf_dr.io import one_line_warnings
+    from hf_dr.cli import add_dtype_argument
+    from hf_dr.precision import with_training_precision
     from hf_dr.training import CheckpointError, RetrievalTrainingArguments
 
     one_line_warnings()
     parser = HfArgumentParser((ModelArguments, DataArguments, BERMArguments, RetrievalTrainingArguments),
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    m, d, b, args = parser.parse_args_into_dataclasses()
+    add_dtype_argument(parser, "training (the Trainer's mixed precision; overrides --bf16 / --fp16 unless auto)")
+    m, d, b, args, extra = parser.parse_args_into_dataclasses()
     try:
+        args = with_training_precision(args, extra.dtype)
         _, info = train(m, d, b, args)
-    except CheckpointError as e:  # a usage error: one line, exit 2
+    except (CheckpointError, ValueError) as e:  # a usage error: one line, exit 2
         print(f"{Path(sys.argv[0]).name}: error: {e}", file=sys.stderr)
         sys.exit(2)
     info.pop("log_history", None)

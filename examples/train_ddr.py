@@ -42,6 +42,8 @@ from hf_dr.data import RetrievalCollator, load_beir, triplets_from_qrels
 from hf_dr.objectives import get_objective
 from hf_dr.objectives.scale import resolve_scale
 from hf_dr.io import atomic_write_json
+from hf_dr.cli import add_dtype_argument
+from hf_dr.precision import with_training_precision
 from hf_dr.training import (CheckpointError, RetrievalTrainer, RetrievalTrainingArguments, final_output,
                             portable_reference, start_training)
 
@@ -132,10 +134,12 @@ def main():
     one_line_warnings()
     parser = HfArgumentParser((ModelArguments, DataArguments, RetrievalTrainingArguments), description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    m, d, args = parser.parse_args_into_dataclasses()
+    add_dtype_argument(parser, "training (the Trainer's mixed precision; overrides --bf16 / --fp16 unless auto)")
+    m, d, args, extra = parser.parse_args_into_dataclasses()
     try:  # progress bars, the checkpoint to resume, the seed before any weight is initialised (the REM)
+        args = with_training_precision(args, extra.dtype)
         resume = start_training(args)
-    except CheckpointError as e:
+    except (CheckpointError, ValueError) as e:
         fail(str(e))
     model = build_model(m)
     train = build_dataset(d, args)

@@ -18,16 +18,23 @@ import logging
 
 from transformers import HfArgumentParser
 
+from hf_dr.cli import add_dtype_argument
 from hf_dr.io import one_line_warnings
+from hf_dr.precision import training_precision
 from hf_dr.adaptation.cai import CAIArguments, run_cai
 
 
 def main():
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     one_line_warnings()
-    (args,) = HfArgumentParser(CAIArguments, description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter).parse_args_into_dataclasses()
-    report = run_cai(args)
+    parser = HfArgumentParser(CAIArguments, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_dtype_argument(parser, "the MLM and SPLADE training (the Trainer's mixed precision) and the evaluation")
+    args, extra = parser.parse_args_into_dataclasses()
+    try:
+        training_precision(extra.dtype)  # fp16 without a GPU: one line, exit 2, before any work
+    except ValueError as e:
+        parser.error(str(e))
+    report = run_cai(args, dtype=extra.dtype)
     print(json.dumps(report.get("metrics", {}), indent=1))
     print(f"model: {report['model_dir']}")
 

@@ -375,3 +375,20 @@ def test_adapt_refuses_fp16_training_on_cpu(tmp_path, capsys):
                "--output", str(tmp_path / "out"), "--dtype", "fp16"])
     err = capsys.readouterr().err
     assert rc == 2 and "fp16 trains on a GPU only" in err, err
+
+
+def test_space_encodes_in_the_configured_dtype(monkeypatch, tiny_bert_dir):
+    """The Space resolves HF_DR_DTYPE as --dtype does and sets it on every model it loads."""
+    from .test_space import _load_app
+
+    app = _load_app()
+    monkeypatch.setenv("HF_DR_DTYPE", "bfloat16")
+    cfg = app.SpaceConfig.from_env()
+    assert cfg.dtype == "bf16"
+    from hf_dr.models import load_encoder
+
+    m = app.SearchEngine(cfg).model(("dense", "tiny"), lambda: load_encoder(str(tiny_bert_dir), kind="dense"))
+    assert m.encode_dtype == "bf16"
+    monkeypatch.setenv("HF_DR_DTYPE", "fp8")
+    with pytest.raises(ValueError, match="unknown dtype"):
+        app.SpaceConfig.from_env()

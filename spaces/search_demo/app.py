@@ -111,6 +111,7 @@ class SpaceConfig:
     qdrant_edge: str | None = None
     qdrant_collection: str | None = None
     device: str = "auto"
+    dtype: str = "auto"  # auto | fp32 | bf16 | fp16, as hf-dr's --dtype (hf_dr.precision): bf16 on a GPU, fp32 on CPU
     batch_size: int = 32
     top_k: int = 10
 
@@ -134,7 +135,11 @@ class SpaceConfig:
             raise ValueError(f"unknown Space settings {sorted(unknown)}")
         if values.get("corpora") and "corpus" not in values:
             values["corpus"] = ""  # HF_DR_CORPORA alone: only its corpora, not the bundled sample
-        keep = ("corpus", "dense_model", "device", "batch_size", "top_k", "cache_size", "build_wait", "concurrency")
+        if "dtype" in values:  # checked at start-up: a bad value is a clear error, not a failure at the first query
+            from hf_dr.precision import canonical_dtype
+
+            values["dtype"] = canonical_dtype(values["dtype"])
+        keep = ("corpus", "dense_model", "device", "dtype", "batch_size", "top_k", "cache_size", "build_wait", "concurrency")
         return cls(**{k: (v or None) if k not in keep else v for k, v in values.items()})
 
     def corpus_map(self) -> dict[str, str]:
@@ -369,6 +374,7 @@ class SearchEngine:
             m = load()
             if hasattr(m, "to"):
                 m.to(resolve_device(self.cfg.device))
+            m.encode_dtype = self.cfg.dtype  # every encoding of the Space (corpus and queries) in one precision
             return m
 
         return self._models.get(key, build)
