@@ -30,13 +30,6 @@ MINILM, SPLADE = SHARED / "models" / "all-MiniLM-L6-v2", SHARED / "models" / "sp
 OBJECTIVES = ("contrastive", "margin-mse", "ranknet", "berm", "splade+flops", "mlm")
 
 
-def _slice(data, limit: int | None):
-    """The first ``limit`` test queries (and the whole corpus: retrieval is over all of it)."""
-    if not limit:
-        return data.split_queries()
-    return dict(list(data.split_queries().items())[:limit])
-
-
 def retrieval(args) -> list[dict]:
     from hf_dr.data import load_beir
     from hf_dr.evaluation import evaluate
@@ -45,12 +38,12 @@ def retrieval(args) -> list[dict]:
 
     data = load_beir(str(SHARED / "data" / "scifact"), split="test")
     if args.limit:  # a smoke test: the first --limit documents, and the queries judged on them
-        from hf_dr.data.beir import BeirData  # noqa: F401  (the slice keeps BeirData's interface)
+        import dataclasses
 
-        keep = set(list(data.corpus)[:args.limit])
-        data.corpus = {k: v for k, v in data.corpus.items() if k in keep}
-        data.qrels = {q: {d: g for d, g in r.items() if d in keep} for q, r in data.qrels.items()}
-        data.qrels = {q: r for q, r in data.qrels.items() if r}
+        corpus = data.corpus.select(range(min(args.limit, len(data.corpus))))
+        keep = set(corpus["_id"])
+        qrels = {q: {d: g for d, g in r.items() if d in keep} for q, r in data.qrels.items()}
+        data = dataclasses.replace(data, corpus=corpus, qrels={q: r for q, r in qrels.items() if r})
     queries = {q: t for q, t in data.split_queries().items() if q in data.qrels}
     rows = []
     for kind, model in (("dense", MINILM), ("sparse", SPLADE)):
