@@ -35,8 +35,8 @@ HEADLINE = [
      "splade-tiny + hf-dr adapt --method cai (300 steps x batch 8, lr 0.0001, max length 256, 0 MLM steps; "
      "pseudo-dev picked step 300)"),
     ("splade-tiny + BM25 (raw-score sum, Eq. 8-9)", "splade_cai", "splade-tiny: BM25 + SPLADE (raw sum)"),
-    ("MiniLM + contrastive on TREC-DL (max length 128)", "berm", "MiniLM + contrastive (baseline)"),
-    ("MiniLM + contrastive + BERM (max length 128)", "berm", "MiniLM + contrastive + BERM"),
+    ("MiniLM + contrastive on TREC-DL (cosine, scale 20; 60 steps)", "berm", "MiniLM + contrastive (baseline)"),
+    ("MiniLM + contrastive + BERM (same; BERM's gain does not survive)", "berm", "MiniLM + contrastive + BERM"),
 ]
 HEADLINE_METRIC = "ndcg@10"
 LABELS = {"ndcg@10": "nDCG@10", "recall@100": "R@100", "recall@1000": "R@1000", "mrr@10": "MRR@10",

@@ -370,7 +370,8 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
             from ..models import default_model_path, load_encoder
 
             dense_name = default_model_path()
-            say(f"label: the dense half of the teacher / SimANS is {_public(dense_name)} (--dense-teacher to change)")
+            say("label: the dense half of the teacher / SimANS is all-MiniLM-L6-v2, the quickstart's model "
+                "(--dense-teacher to change)")
             dense = load_encoder(dense_name)
             if cfg.max_length:
                 _set_max_length(dense, max_length)
