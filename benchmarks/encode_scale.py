@@ -43,18 +43,19 @@ MODEL = SHARED / "models" / "all-MiniLM-L6-v2"
 SPARSE_MODEL = SHARED / "models" / "splade-tiny"
 
 
-def build_corpus(work: Path, n: int = 200_000) -> tuple[Path, Path]:
-    big, small = work / "corpus-200k", work / "corpus-20k"
-    if (big / "corpus.jsonl").is_file() and (small / "corpus.jsonl").is_file():
-        return big, small
+def window_rows(n: int, stride: int = WORDS) -> list[dict]:
+    """The first ``n`` windows of ``WORDS`` words, a window every ``stride`` words, of the offline
+    corpora in order (SciFact, ArguAna, TREC-DL 2019). ``stride = WORDS``: consecutive,
+    non-overlapping windows (the offline corpora hold about 264k); a 3-word stride gives about 1.05M
+    overlapping ones."""
     rows = []
     for name in ("scifact", "arguana", "msmarco-trecdl2019"):
         with open(SHARED / "data" / name / "corpus.jsonl", encoding="utf-8") as f:
             for line in f:
                 d = json.loads(line)
                 words = ((d.get("title") or "") + " " + (d.get("text") or "")).split()
-                for i in range(0, len(words), WORDS):
-                    rows.append({"_id": f"{name}:{d['_id']}:{i // WORDS}", "title": "",
+                for i in range(0, max(1, len(words) - WORDS + stride) if stride < WORDS else len(words), stride):
+                    rows.append({"_id": f"{name}:{d['_id']}:{i // stride}", "title": "",
                                  "text": " ".join(words[i:i + WORDS])})
                     if len(rows) >= n:
                         break
@@ -62,11 +63,30 @@ def build_corpus(work: Path, n: int = 200_000) -> tuple[Path, Path]:
                 break
     if len(rows) < n:
         raise SystemExit(f"only {len(rows)} windows in ../shared/data: cannot build a {n}-document corpus")
-    for folder, part in ((big, rows), (small, rows[::10])):
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / "corpus.jsonl", "w", encoding="utf-8") as f:
-            f.writelines(json.dumps(r) + "\n" for r in part)
-        (folder / "queries.jsonl").write_text("")
+    return rows
+
+
+def write_corpus(folder: Path, rows: list[dict]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "corpus.jsonl", "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    (folder / "queries.jsonl").write_text("")
+    return folder
+
+
+def build_corpus(work: Path, n: int = 200_000, stride: int | None = None):
+    """``stride=None``: ``corpus-200k`` and ``corpus-20k`` (every 10th) under ``work`` (this
+    benchmark's pair); a stride: one folder ``work`` of ``n`` windows at that stride."""
+    if stride is not None:
+        if (work / "corpus.jsonl").is_file():
+            return work
+        return write_corpus(work, window_rows(n, stride))
+    big, small = work / "corpus-200k", work / "corpus-20k"
+    if (big / "corpus.jsonl").is_file() and (small / "corpus.jsonl").is_file():
+        return big, small
+    rows = window_rows(n)
+    write_corpus(big, rows)
+    write_corpus(small, rows[::10])
     return big, small
 
 

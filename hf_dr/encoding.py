@@ -33,7 +33,7 @@ import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
-__all__ = ["encode", "iter_encode", "concat_blocks", "EncoderMixin", "doc_to_text", "resolve_device", "embed",
+__all__ = ["encode", "iter_encode", "concat_blocks", "EncoderMixin", "doc_to_text", "resolve_device", "encode_device", "embed",
            "DEFAULT_CHUNK_SIZE"]
 
 #: texts tokenised and encoded at a time (and the rows of one shard of an embeddings folder)
@@ -63,6 +63,22 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
             return torch.device("mps")
         return torch.device("cpu")
     return torch.device(device)
+
+
+def encode_device(model, device: str | torch.device | None = None) -> torch.device | None:
+    """The device ``model``'s ``encode_*`` calls run on: ``device`` when given; otherwise the device
+    of its weights, except that weights on the CPU go to the GPU when there is one (Sentence
+    Transformers' default: loading leaves every model on the CPU, and a user with a GPU expects it
+    used). A model in training mode stays where its weights are (the Trainer placed it). ``None`` for
+    a model without parameters."""
+    if device is not None:
+        return resolve_device(device)
+    p = next(model.parameters(), None) if isinstance(model, torch.nn.Module) else None
+    if p is None:
+        return None
+    if p.device.type == "cpu" and not model.training:
+        return resolve_device(None)
+    return p.device
 
 
 def _autocast(device: torch.device, dtype: str | torch.dtype | None):
@@ -241,12 +257,12 @@ class EncoderMixin:
             total = len(texts)
         if prefix:
             texts = (prefix + t for t in texts)
-        if device is not None and isinstance(self, torch.nn.Module):
-            self.to(resolve_device(device))
-        dev = device
-        if dev is None and isinstance(self, torch.nn.Module):
+        dev = encode_device(self, device)
+        if dev is not None and isinstance(self, torch.nn.Module):
             p = next(self.parameters(), None)
-            dev = p.device if p is not None else None
+            if p is not None and p.device != dev:
+                self.to(dev)
+                dev = next(self.parameters()).device
         was_training = getattr(self, "training", False)
         if isinstance(self, torch.nn.Module):
             self.eval()

@@ -71,12 +71,14 @@ def dtype_name(dtype: str | torch.dtype | None, device: str | torch.device | Non
 
 def encoding_dtype(model, dtype: str | torch.dtype | None = None, device=None) -> torch.dtype:
     """The dtype ``model``'s ``encode_*`` calls compute in: ``dtype`` (default: the model's own
-    ``encode_dtype``) on ``device`` (default: the device of the model's weights), as the encode loop
+    ``encode_dtype``) on ``device`` (default: the device the encode loop puts it on, ``encode_device``), as the encode loop
     resolves it. Recorded in embeddings manifests, metrics and the pseudo-label cache keys."""
     if dtype is None:
         dtype = getattr(model, "encode_dtype", None) or "auto"
-    if device is None and hasattr(model, "parameters"):
-        device = getattr(next(model.parameters(), None), "device", None)
+    if device is None:
+        from .encoding import encode_device
+
+        device = encode_device(model)
     return resolve_dtype(dtype, device)
 
 

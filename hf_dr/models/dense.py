@@ -133,9 +133,10 @@ class DenseEncoder(nn.Module, EncoderMixin):
         tokenizer = AutoTokenizer.from_pretrained(path_or_id)
         backbone = AutoModel.from_pretrained(path_or_id, **model_kwargs)
         max_length = max_length or st.get("max_length") or min(512, getattr(tokenizer, "model_max_length", 512) or 512)
-        return cls(backbone, tokenizer, pooling=pooling or st.get("pooling", "mean"),
-                   normalize=st.get("normalize", False) if normalize is None else normalize,
-                   max_length=max_length, max_query_length=max_query_length or st.get("max_query_length"))
+        encoder = cls(backbone, tokenizer, pooling=pooling or st.get("pooling", "mean"),
+                      normalize=st.get("normalize", False) if normalize is None else normalize,
+                      max_length=max_length, max_query_length=max_query_length or st.get("max_query_length"))
+        return encoder.eval()  # as transformers' from_pretrained: a loaded model is in eval mode
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, is_query: bool = False) -> torch.Tensor:
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
