@@ -182,10 +182,12 @@ def encode_part(a) -> list[dict]:
                     shutil.rmtree(out, ignore_errors=True)
                     model = MODELS[kind][0].name
                     st_name = ("SentenceTransformer" if kind == "dense" else "SparseEncoder") + ".encode_document"
-                    row = {"table": "encode", "dataset": corpus_name, "system": f"{model} {system} {dtype}",
+                    shown = ("hf-dr encode --dtype " + dtype) if system == "hf-dr" else f"{st_name} ({dtype} weights)"
+                    row = {"table": "gpu_encode", "dataset": corpus_name, "system": f"{model}: {shown} on {machine()}",
                            "encoder": "hf-dr encode" if system == "hf-dr" else st_name, "kind": kind,
                            "dtype": dtype, "batch_size": a.batch_size, "max_length": MODELS[kind][1],
-                           "command": command_line(), "machine": machine(), **res}
+                           "command": command_line(), "machine": machine(), **res,
+                           "metrics": {k: res[k] for k in ("docs_per_s", "peak_gpu_mb", "ndcg@10") if k in res}}
                     rows.append(row)
                     print(f"[{time.perf_counter() - t:6.1f} s] {corpus_name:14s} {row['system']:45s} "
                           + " ".join(f"{k}={v}" for k, v in res.items() if k != "error"), flush=True)

@@ -56,8 +56,12 @@ def retrieval(args) -> list[dict]:
             print(f"{model.name:18s} {dtype}: nDCG@10 {res.aggregate['ndcg@10']:.4f} "
                   f"({time.perf_counter() - t0:.0f} s)", flush=True)
         diff = scores["bf16"]["ndcg@10"] - scores["fp32"]["ndcg@10"]
-        rows.append({"table": "retrieval", "dataset": "scifact" + (f"[:{args.limit} docs]" if args.limit else ""),
-                     "system": model.name, "command": command_line(), "machine": machine(),
+        rows.append({"table": "precision_retrieval",
+                     "dataset": "scifact" + (f"[:{args.limit} docs]" if args.limit else ""),
+                     "system": f"{model.name} ({machine()})", "command": command_line(), "machine": machine(),
+                     "metrics": {"nDCG@10 fp32": round(scores["fp32"]["ndcg@10"], 4),
+                                 "nDCG@10 bf16": round(scores["bf16"]["ndcg@10"], 4),
+                                 "bf16 - fp32": round(diff, 4)},
                      "cli": f"hf-dr evaluate --data ../shared/data/scifact --retriever {kind} "
                             f"--model ../shared/models/{model.name} --dtype bf16",
                      "bf16_resolves_to": dtype_name("bf16"),
@@ -142,8 +146,11 @@ def training(args) -> tuple[list[dict], dict]:
         bf16 = train_curve(name, "bf16", args.steps, args.limit or 2000, args.batch_size)
         diffs = [abs(a - b) for a, b in zip(fp32, bf16)]
         curves[name] = (fp32, bf16)
-        rows.append({"table": "training", "dataset": "scifact-train-qrels", "system": name,
+        rows.append({"table": "precision_training", "dataset": "scifact-train-qrels", "system": name,
                      "command": command_line(), "machine": machine(), "steps": args.steps,
+                     "metrics": {"mean fp32 loss": round(sum(fp32) / len(fp32), 4),
+                                 "max abs(bf16 - fp32)": round(max(diffs), 4),
+                                 "mean abs(bf16 - fp32)": round(sum(diffs) / len(diffs), 4)},
                      "batch_size": args.batch_size, "loss_fp32": fp32, "loss_bf16": bf16,
                      "max_abs_diff": round(max(diffs), 6), "mean_abs_diff": round(sum(diffs) / len(diffs), 6),
                      "mean_fp32_loss": round(sum(fp32) / len(fp32), 6)})

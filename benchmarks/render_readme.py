@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-PAGES = [ROOT / "README.md", ROOT / "docs" / "results.md", ROOT / "docs" / "adapt.md"]
+PAGES = [ROOT / "README.md", ROOT / "docs" / "results.md", ROOT / "docs" / "adapt.md", ROOT / "docs" / "precision.md"]
 #: the README's summary: (label, table, system) -> nDCG@10 per dataset, in this order
 HEADLINE = [
     ("BM25 (bm25s, Snowball stemming)", "baselines", "BM25 (bm25s, stopwords, Snowball stemming)"),
@@ -31,15 +31,16 @@ HEADLINE = [
      "pseudo-dev picked step 300, step 0 no candidate)"),
     ("splade-tiny, zero-shot", "splade_cai", "splade-tiny: SPLADE"),
     ("splade-tiny + target IDF (SPLADE-CAI, Eq. 6-7)", "splade_cai", "splade-tiny: SPLADE + IDF"),
-    ("splade-tiny + `hf-dr adapt` (cai: SPLADE training on pseudo-labels + IDF, 300 CPU steps, no labels)", "adapt",
+    ("splade-tiny + `hf-dr adapt --method cai`, no flags (SPLADE training on pseudo-labels + IDF, 300 CPU steps, "
+     "no labels)", "adapt",
      "splade-tiny + hf-dr adapt --method cai (300 steps x batch 8, lr 0.0001, max length 256, 0 MLM steps; "
-     "pseudo-dev picked step 300)"),
+     "pseudo-dev picked step 100)"),
     ("splade-tiny + BM25 (raw-score sum, Eq. 8-9)", "splade_cai", "splade-tiny: BM25 + SPLADE (raw sum)"),
     ("MiniLM + contrastive on TREC-DL (cosine, scale 20; 60 steps)", "berm", "MiniLM + contrastive (baseline)"),
     ("MiniLM + contrastive + BERM (same; BERM's gain does not survive)", "berm", "MiniLM + contrastive + BERM"),
 ]
 HEADLINE_METRIC = "ndcg@10"
-LABELS = {"ndcg@10": "nDCG@10", "recall@100": "R@100", "recall@1000": "R@1000", "mrr@10": "MRR@10",
+LABELS = {"docs_per_s": "docs/s", "peak_gpu_mb": "peak GPU MB", "ndcg@10": "nDCG@10", "recall@100": "R@100", "recall@1000": "R@1000", "mrr@10": "MRR@10",
           "nnz_query": "nnz/query", "nnz_doc": "nnz/doc",
           "requests_per_s": "req/s", "p50_s": "p50 (s)", "p95_s": "p95 (s)", "max_s": "max (s)",
           "searches_during_B_build": "searches during B's build", "p95_s_during_B_build": "p95 during B's build (s)",

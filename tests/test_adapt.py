@@ -421,6 +421,10 @@ def test_method_defaults_are_measured_rows():
     from hf_dr.adaptation.pipeline import METHOD_DEFAULTS, AdaptConfig, resolved_config
 
     rows = [r for r in _adapt_rows() if r.get("budget")]
+    # the two no-flag rows were measured: `hf-dr adapt --method cai` on splade-tiny and
+    # `--method berm` on MiniLM, each with nothing but the inputs
+    measured = {r["row"] for r in rows if r.get("defaults") and r["dataset"] == "scifact"}
+    assert {"splade-tiny:cai", "minilm:berm"} <= measured, measured
     for r in rows:
         if r.get("defaults"):
             method = r["row"].split(":")[1]
