@@ -1,0 +1,107 @@
+"""Sentence Transformers in, Sentence Transformers out: prompts and similarity of a sentence-transformers
+folder (``config_sentence_transformers.json``) read as Sentence Transformers reads them (#22)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from hf_dr.cli import main
+from hf_dr.models.dense import DenseEncoder
+
+from .conftest import SAMPLE
+
+QUERIES = ["what causes fever?", "how do vaccines work"]
+DOCS = ["Fever is caused by infection of the body.", "The cat sat on the mat.", "Vaccines train the immune system."]
+E5 = {"query": "query: ", "document": "passage: "}
+
+
+def _st_folder(tiny_bert_dir, out, pooling="mean", prompts=E5, similarity="dot", default_prompt_name=None):
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+
+    t = Transformer(str(tiny_bert_dir))
+    p = Pooling(t.get_embedding_dimension(), pooling)
+    SentenceTransformer(modules=[t, p], prompts=prompts, similarity_fn_name=similarity,
+                        default_prompt_name=default_prompt_name).save(str(out))
+    return out
+
+
+@pytest.fixture(scope="module")
+def e5_dir(tiny_bert_dir, tmp_path_factory):
+    return _st_folder(tiny_bert_dir, tmp_path_factory.mktemp("e5"))
+
+
+def _st(path):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(path), device="cpu")
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+def test_encode_query_and_document_equal_sentence_transformers(tiny_bert_dir, tmp_path, pooling):
+    d = _st_folder(tiny_bert_dir, tmp_path / "m", pooling=pooling)
+    ours, st = DenseEncoder.from_pretrained(d), _st(d)
+    assert ours.pooling == pooling and (ours.query_prefix, ours.doc_prefix) == ("query: ", "passage: ")
+    q, q_st = ours.encode_query(QUERIES, device="cpu"), st.encode_query(QUERIES)
+    docs, docs_st = ours.encode_document(DOCS, device="cpu"), st.encode_document(DOCS)
+    np.testing.assert_allclose(q, q_st, atol=1e-5)
+    np.testing.assert_allclose(docs, docs_st, atol=1e-5)
+    # the prompt changes the vectors (the test would pass vacuously without one)
+    assert not np.allclose(q, ours.encode_query(QUERIES, prompt="", device="cpu"), atol=1e-4)
+    sim, sim_st = ours.similarity(q, docs), st.similarity(q_st, docs_st)
+    assert isinstance(sim, torch.Tensor) and sim.shape == (2, 3)
+    torch.testing.assert_close(sim, sim_st, atol=1e-4, rtol=1e-5)
+    # dot: not cosine (the vectors are not normalised)
+    assert not torch.allclose(sim, torch.nn.functional.cosine_similarity(
+        torch.as_tensor(q)[:, None], torch.as_tensor(docs)[None], dim=-1), atol=1e-3)
+    # the older names encode alike
+    np.testing.assert_allclose(ours.encode_queries(QUERIES, device="cpu"), q, atol=1e-6)
+    np.testing.assert_allclose(ours.encode_corpus(DOCS, device="cpu"), docs, atol=1e-6)
+
+
+def test_encode_with_prompt_name_and_default_prompt_name(tiny_bert_dir, tmp_path):
+    d = _st_folder(tiny_bert_dir, tmp_path / "m", prompts={**E5, "sts": "sts: "}, similarity="cosine",
+                   default_prompt_name="sts")
+    ours, st = DenseEncoder.from_pretrained(d), _st(d)
+    assert ours.normalize  # cosine: hf-dr encodes unit vectors (Sentence Transformers normalises in similarity)
+    for kw in ({}, {"prompt_name": "query"}, {"prompt_name": "document"}, {"prompt": "custom: "}):
+        np.testing.assert_allclose(ours.encode(DOCS, device="cpu", **kw),
+                                   st.encode(DOCS, normalize_embeddings=True, **kw), atol=1e-5)
+    assert not np.allclose(ours.encode(DOCS, device="cpu"), ours.encode(DOCS, prompt="", device="cpu"), atol=1e-4)
+    # default_prompt_name applies to encode(), not to encode_query / encode_document (as in Sentence Transformers)
+    np.testing.assert_allclose(ours.encode_query(QUERIES, device="cpu"),
+                               st.encode_query(QUERIES, normalize_embeddings=True), atol=1e-5)
+    with pytest.raises(ValueError, match="Prompt name 'nope' not found"):
+        ours.encode(DOCS, prompt_name="nope")
+    # cosine: the folder's similarity
+    q, docs = ours.encode_query(QUERIES, device="cpu"), ours.encode_document(DOCS, device="cpu")
+    torch.testing.assert_close(ours.similarity(q, docs), st.similarity(q, docs), atol=1e-5, rtol=1e-5)
+
+
+def test_document_prompt_fallback_as_sentence_transformers(tiny_bert_dir, tmp_path):
+    """A folder with ``passage`` but no ``document`` prompt (what older Sentence Transformers saved for E5):
+    the document prompt is whatever Sentence Transformers' ``encode_document`` uses."""
+    d = _st_folder(tiny_bert_dir, tmp_path / "m", prompts={"query": "query: ", "passage": "passage: "})
+    cfg = json.loads((d / "config_sentence_transformers.json").read_text())
+    cfg["prompts"].pop("document", None)
+    (d / "config_sentence_transformers.json").write_text(json.dumps(cfg))
+    ours, st = DenseEncoder.from_pretrained(d), _st(d)
+    # Sentence Transformers 6 always has a "document" prompt ("" when not saved), which comes before "passage"
+    assert ours.doc_prefix == st.prompts["document"] == "" and ours.prompts["passage"] == "passage: "
+    np.testing.assert_allclose(ours.encode_document(DOCS, device="cpu"), st.encode_document(DOCS), atol=1e-5)
+    np.testing.assert_allclose(ours.encode_query(QUERIES, device="cpu"), st.encode_query(QUERIES), atol=1e-5)
+
+
+def test_prompts_survive_save_and_sentence_transformers_export(e5_dir, tmp_path):
+    ours = DenseEncoder.from_pretrained(e5_dir)
+    ours.save_pretrained(tmp_path / "saved")
+    ours.save_sentence_transformers_config(tmp_path / "saved")
+    again = DenseEncoder.from_pretrained(tmp_path / "saved")
+    assert (again.query_prefix, again.doc_prefix, again.similarity_fn_name) == ("query: ", "passage: ", "dot")
+    st = _st(tmp_path / "saved")
+    assert st.prompts["query"] == "query: " and st.similarity_fn_name == "dot"
+    np.testing.assert_allclose(again.encode_document(DOCS, device="cpu"), st.encode_document(DOCS), atol=1e-5)
