@@ -105,3 +105,93 @@ def test_prompts_survive_save_and_sentence_transformers_export(e5_dir, tmp_path)
     st = _st(tmp_path / "saved")
     assert st.prompts["query"] == "query: " and st.similarity_fn_name == "dot"
     np.testing.assert_allclose(again.encode_document(DOCS, device="cpu"), st.encode_document(DOCS), atol=1e-5)
+
+
+def test_apply_prompts_overrides_the_folder(e5_dir):
+    from hf_dr.encoding import apply_prompts
+
+    ours = DenseEncoder.from_pretrained(e5_dir)
+    plain = ours.encode_query(QUERIES, prompt="", device="cpu")
+    apply_prompts(ours, query_prompt="", document_prompt="doc: ")
+    assert (ours.query_prefix, ours.doc_prefix) == ("", "doc: ")
+    np.testing.assert_allclose(ours.encode_query(QUERIES, device="cpu"), plain, atol=1e-6)
+    np.testing.assert_allclose(ours.encode_document(DOCS, device="cpu"),
+                               ours.encode(["doc: " + t for t in DOCS], device="cpu", prompt=""), atol=1e-6)
+    apply_prompts(ours)  # nothing given: nothing changes
+    assert (ours.query_prefix, ours.doc_prefix) == ("", "doc: ")
+
+
+def test_cli_flags_recorded_and_other_prompts_refused(e5_dir, tmp_path, capsys):
+    args = ["--data", str(SAMPLE), "--model", str(e5_dir)]
+    emb = tmp_path / "emb"
+    assert main(["encode", *args, "--output", str(emb), "--no-progress"]) == 0
+    m = json.loads((emb / "manifest.json").read_text())
+    assert (m["query_prompt"], m["document_prompt"]) == ("query: ", "passage: ")
+    emb2 = tmp_path / "emb2"
+    assert main(["encode", *args, "--output", str(emb2), "--no-progress", "--query-prompt", "",
+                 "--document-prompt", "doc: "]) == 0
+    m2 = json.loads((emb2 / "manifest.json").read_text())
+    assert (m2["query_prompt"], m2["document_prompt"]) == ("", "doc: ")
+    capsys.readouterr()
+    # the folder's prompts: the same embeddings are accepted
+    assert main(["evaluate", *args, "--retriever", "dense", "--max-queries", "5", "--embeddings", str(emb),
+                 "--output", str(tmp_path / "a")]) == 0
+    # other prompts than the embeddings': refused, exit status 2, a message naming the prompts
+    assert main(["evaluate", *args, "--retriever", "dense", "--max-queries", "5", "--embeddings", str(emb2),
+                 "--output", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err
+    assert "document prompt" in err and "'doc: '" in err and "Traceback" not in err
+    assert main(["evaluate", *args, "--retriever", "dense", "--max-queries", "5", "--embeddings", str(emb2),
+                 "--query-prompt", "", "--document-prompt", "doc: ", "--output", str(tmp_path / "c")]) == 0
+
+
+def test_old_manifest_without_prompt_fields_is_no_prompt(tiny_bert_dir, tmp_path):
+    from hf_dr.embeddings import Embeddings, encode_to_folder
+
+    enc = DenseEncoder.from_pretrained(tiny_bert_dir)
+    emb = encode_to_folder(enc, (["a", "b"], DOCS[:2]), tmp_path / "emb", show_progress_bar=False)
+    mf = tmp_path / "emb" / "manifest.json"
+    m = json.loads(mf.read_text())
+    for k in ("query_prompt", "document_prompt"):
+        m.pop(k)
+    mf.write_text(json.dumps(m))
+    Embeddings(tmp_path / "emb").check(enc)  # an old folder: read as "no prompt", accepted
+    enc.doc_prefix = "passage: "
+    with pytest.raises(ValueError, match="document prompt"):
+        Embeddings(tmp_path / "emb").check(enc)
+    assert emb is not None
+
+
+def test_training_sees_the_prompts(e5_dir):
+    """The collator of training prepends the prompts the encodings prepend (else a model would be
+    trained on other texts than it is searched with)."""
+    from hf_dr.data import RetrievalCollator
+    from hf_dr.data.collators import UnitCollator
+
+    enc = DenseEncoder.from_pretrained(e5_dir)
+    batch = RetrievalCollator.for_model(enc, neg_column="neg", score_column=None)(
+        [{"query": QUERIES[0], "pos": DOCS[0], "neg": DOCS[1]}])
+    tok = enc.tokenizer
+    assert batch["query_input_ids"][0].tolist() == tok("query: " + QUERIES[0])["input_ids"]
+    n = len(tok("passage: " + DOCS[1])["input_ids"])
+    assert batch["doc_input_ids"][1, :n].tolist() == tok("passage: " + DOCS[1])["input_ids"]
+    # BERM's unit spans stay on the units' tokens, after the prompt
+    row = {"query": "q", "pos": "Alpha beta. Gamma delta.", "unit_char_spans": [[0, 11], [12, 24]], "essential_unit": 1}
+    ub = UnitCollator.for_model(enc, neg_column=None, score_column=None)([row])
+    ids = ub["doc_input_ids"][0]
+    s, e = ub["unit_spans"][0, 1].tolist()
+    assert tok.decode(ids[s:e]) == "gamma delta."
+
+
+@pytest.mark.parametrize("command", ["encode", "evaluate", "label", "adapt"])
+def test_every_encoding_command_has_the_prompt_flags(command):
+    from hf_dr.cli import build_parser
+
+    required = {"encode": ["--data", "d", "--model", "m", "--output", "o"],
+                "evaluate": ["--data", "d", "--model", "m"],
+                "label": ["--data", "d", "--output", "o"],
+                "adapt": ["--data", "d", "--model", "m", "--method", "dodress", "--output", "o"]}[command]
+    args = build_parser().parse_args([command, *required, "--query-prompt", "query: ", "--document-prompt", ""])
+    assert (args.query_prompt, args.document_prompt) == ("query: ", "")
+    args = build_parser().parse_args([command, *required])
+    assert (args.query_prompt, args.document_prompt) == (None, None)
