@@ -235,6 +235,6 @@ class DenseEncoder(nn.Module, EncoderMixin):
         """Python that loads the published repo with sentence-transformers."""
         return (f'from sentence_transformers import SentenceTransformer\n\n'
                 f'model = SentenceTransformer("{repo_id}")\n'
-                f'q = model.encode(["what causes fever?"])\n'
-                f'd = model.encode(["Fever is caused by infection.", "The cat sat on the mat."])\n'
+                f'q = model.encode_query(["what causes fever?"])  # with the query prompt, if any\n'
+                f'd = model.encode_document(["Fever is caused by infection.", "The cat sat on the mat."])\n'
                 f'print(model.similarity(q, d))\n')
