@@ -195,3 +195,14 @@ def test_every_encoding_command_has_the_prompt_flags(command):
     assert (args.query_prompt, args.document_prompt) == ("query: ", "")
     args = build_parser().parse_args([command, *required])
     assert (args.query_prompt, args.document_prompt) == (None, None)
+
+
+def test_pooling_that_excludes_the_prompt_is_not_silently_changed(tiny_bert_dir, tmp_path):
+    """``include_prompt: false`` (prompt tokens left out of the mean): hf-dr pools over them, and says so."""
+    d = _st_folder(tiny_bert_dir, tmp_path / "m")
+    cfg_file = d / "1_Pooling" / "config.json"
+    cfg = json.loads(cfg_file.read_text())
+    cfg["include_prompt"] = False
+    cfg_file.write_text(json.dumps(cfg))
+    with pytest.warns(UserWarning, match="include_prompt"):
+        DenseEncoder.from_pretrained(d)

@@ -76,6 +76,8 @@ def _st_settings(path: str) -> dict:
             t = m.get("type", "")
             if t.endswith("Pooling"):
                 pc = _read_json(p / m.get("path", "") / "config.json")
+                if pc.get("include_prompt") is False:
+                    out["include_prompt"] = False
                 mode = pc.get("pooling_mode")  # Sentence Transformers >= 6: "mean" / "cls" / "max" (or a list)
                 mode = mode[0] if isinstance(mode, list) and len(mode) == 1 else mode
                 if isinstance(mode, str) and mode in ("mean", "cls", "max"):
@@ -159,6 +161,11 @@ class DenseEncoder(nn.Module, EncoderMixin):
                       max_length=max_length, max_query_length=max_query_length or st.get("max_query_length"),
                       prompts=st.get("prompts"), default_prompt_name=st.get("default_prompt_name"),
                       similarity_fn_name=st.get("similarity_fn_name"))
+        if st.get("include_prompt") is False and (encoder.query_prefix or encoder.doc_prefix):
+            import warnings
+
+            warnings.warn(f"{path_or_id}: its pooling leaves the prompt tokens out (include_prompt: false), hf-dr "
+                          "pools over them: its vectors differ from Sentence Transformers'", UserWarning, stacklevel=2)
         return encoder.eval()  # as transformers' from_pretrained: a loaded model is in eval mode
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, is_query: bool = False) -> torch.Tensor:
