@@ -206,3 +206,25 @@ def test_pooling_that_excludes_the_prompt_is_not_silently_changed(tiny_bert_dir,
     cfg_file.write_text(json.dumps(cfg))
     with pytest.warns(UserWarning, match="include_prompt"):
         DenseEncoder.from_pretrained(d)
+
+
+def test_adapt_trains_and_saves_with_the_prompts(e5_dir, tmp_path, capsys, monkeypatch):
+    from hf_dr.data import collators
+
+    from .test_adapt import FAST, _split_sample
+
+    seen = set()
+    real = collators.RetrievalCollator.__call__
+
+    def spy(self, rows):
+        seen.add((self.query_prefix, self.doc_prefix))
+        return real(self, rows)
+
+    monkeypatch.setattr(collators.RetrievalCollator, "__call__", spy)
+    data = _split_sample(tmp_path / "data")
+    out = tmp_path / "out"
+    assert main(["adapt", "--data", str(data), "--model", str(e5_dir), "--method", "dodress", "--output", str(out),
+                 *FAST, "--query-prompt", "q: "]) == 0, capsys.readouterr().err
+    assert seen == {("q: ", "passage: ")}  # the flag replaces the folder's query prompt; its document prompt stays
+    model = DenseEncoder.from_pretrained(out / "model")
+    assert (model.query_prefix, model.doc_prefix) == ("q: ", "passage: ")
