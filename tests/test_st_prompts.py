@@ -228,3 +228,19 @@ def test_adapt_trains_and_saves_with_the_prompts(e5_dir, tmp_path, capsys, monke
     assert seen == {("q: ", "passage: ")}  # the flag replaces the folder's query prompt; its document prompt stays
     model = DenseEncoder.from_pretrained(out / "model")
     assert (model.query_prefix, model.doc_prefix) == ("q: ", "passage: ")
+
+
+def test_every_encoder_of_the_suite_has_the_names(tiny_bert_dir):
+    """A sparse encoder (SPLADE on an MLM checkpoint): the same names, CSR vectors, dot scores."""
+    from hf_dr.models import load_encoder
+
+    enc = load_encoder(tiny_bert_dir, kind="sparse")
+    q, d = enc.encode_query(QUERIES, device="cpu"), enc.encode_document(DOCS, device="cpu")
+    assert (q != enc.encode_queries(QUERIES, device="cpu")).nnz == 0
+    sim = enc.similarity(q, d)
+    assert isinstance(sim, torch.Tensor) and sim.shape == (2, 3)
+    np.testing.assert_allclose(sim.numpy(), (q @ d.T).toarray(), rtol=1e-6)
+    prompted = enc.encode_query(QUERIES, prompt="query: ", device="cpu")
+    assert (prompted != q).nnz > 0  # a prompt changes a sparse encoding too
+    with pytest.raises(ValueError, match="Prompt name 'query2' not found"):
+        enc.encode_query(QUERIES, prompt_name="query2")
