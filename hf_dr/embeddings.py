@@ -357,6 +357,18 @@ class Embeddings:
                     f"{self.path} was encoded with the {what} prompt {have!r}, this run uses {want!r}: the vectors "
                     f"would not match; pass {flag} {have!r} (as the folder), or encode the corpus again")
 
+    def _same_model_other_prompts(self, model) -> bool:
+        """Whether ``model`` with this folder's prompts would have made it (the prompts are all that differ)."""
+        q, d = self.prompts
+        old = getattr(model, "query_prefix", None), getattr(model, "doc_prefix", None)
+        if (old[0] or "", old[1] or "") == (q, d):
+            return False
+        try:
+            model.query_prefix, model.doc_prefix = q, d
+            return model_fingerprint(model) == self.manifest["model_fingerprint"]
+        finally:
+            model.query_prefix, model.doc_prefix = old
+
     def check(self, model=None, doc_ids: Sequence[str] | None = None, max_length: int | None = None,
               corpus_fingerprint: str | None = None) -> None:
         """Refuse (:class:`EmbeddingsError`) when ``model`` is not the one that made these embeddings
@@ -365,9 +377,10 @@ class Embeddings:
         :func:`hf_dr.embeddings.corpus_fingerprint`: ids and texts) is not its corpus's."""
         m = self.manifest
         if model is not None:
-            self.check_prompts(model)
             fp = model_fingerprint(model)
             if fp != m["model_fingerprint"]:
+                if self._same_model_other_prompts(model):
+                    self.check_prompts(model)
                 raise EmbeddingsError(
                     f"{self.path} was encoded by another model ({m.get('model')!r}, {m.get('model_class')}, "
                     f"fingerprint {m['model_fingerprint']}), not by this {type(model).__name__} (fingerprint {fp}): "

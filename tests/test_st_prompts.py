@@ -244,3 +244,12 @@ def test_every_encoder_of_the_suite_has_the_names(tiny_bert_dir):
     assert (prompted != q).nnz > 0  # a prompt changes a sparse encoding too
     with pytest.raises(ValueError, match="Prompt name 'query2' not found"):
         enc.encode_query(QUERIES, prompt_name="query2")
+
+
+def test_another_model_with_other_prompts_is_another_model(e5_dir, tiny_bert_dir, tmp_path):
+    from hf_dr.embeddings import encode_to_folder
+
+    emb = encode_to_folder(DenseEncoder.from_pretrained(e5_dir), (["a", "b"], DOCS[:2]), tmp_path / "emb",
+                           show_progress_bar=False)
+    with pytest.raises(ValueError, match="encoded by another model"):
+        emb.check(DenseEncoder.from_pretrained(tiny_bert_dir, pooling="cls"))
