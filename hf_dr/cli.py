@@ -105,6 +105,27 @@ def add_dtype_argument(parser, what: str = "encoding") -> None:
                              "GPU); fp32 = no autocast")
 
 
+def add_prompt_arguments(parser, what: str = "the model") -> None:
+    """``--query-prompt`` / ``--document-prompt``: the text prepended to each query / document by
+    ``what`` (default: the ``query`` / ``document`` prompts of its sentence-transformers folder, else
+    none; ``""``: none). :func:`apply_prompt_arguments` sets them on an encoder."""
+    parser.add_argument("--query-prompt", default=None, metavar="TEXT",
+                        help=f"text prepended to every query encoded by {what}, e.g. 'query: ' (E5) or a BGE "
+                             "instruction (default: the model's own 'query' prompt, else none; '' for none)")
+    parser.add_argument("--document-prompt", default=None, metavar="TEXT",
+                        help=f"text prepended to every document encoded by {what}, e.g. 'passage: ' (E5) "
+                             "(default: the model's own 'document' prompt, else none; '' for none)")
+
+
+def apply_prompt_arguments(encoder, args):
+    """Set ``--query-prompt`` / ``--document-prompt`` (when given) on ``encoder``; returns it."""
+    from .encoding import apply_prompts
+
+    if encoder is None:
+        return None
+    return apply_prompts(encoder, getattr(args, "query_prompt", None), getattr(args, "document_prompt", None))
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with errors as one line (``hf-dr evaluate: error: argument --top-k: ...``) and
     a pointer to ``--help`` instead of the whole usage text."""

@@ -6,7 +6,8 @@ time, and writes::
 
     EMB/
       plan.json            what is being encoded: model + its fingerprint, corpus fingerprint,
-                           max length, pooling, dense/sparse, dtype, shard size (written first)
+                           max length, query / document prompts, pooling, dense/sparse,
+                           dtype, shard size (written first)
       doc_ids.jsonl        the documents' ids, one JSON string a line, in corpus order
       shards/00000.npy     dense: float32 [rows, dim], memory-mappable (np.load(mmap_mode="r"))
       shards/00000.npz     sparse: CSR [rows, |V|] (scipy.sparse.save_npz, uncompressed)
@@ -22,7 +23,7 @@ Under ``accelerate launch --num_processes N`` (or ``torchrun``) process ``r`` en
 the one-process result.
 
 :class:`Embeddings` reads a folder back; :meth:`Embeddings.check` refuses one made by another
-model, max length or corpus with an :class:`EmbeddingsError` instead of a silently wrong index.
+model, prompts, max length or corpus with an :class:`EmbeddingsError` instead of a silently wrong index.
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ __all__ = ["Embeddings", "EmbeddingsError", "encode_to_folder", "model_fingerpri
 FORMAT_VERSION = 1
 #: plan keys that must agree for a folder to be resumed, or to be used by a retriever
 _IDENTITY = ("format", "model_fingerprint", "corpus_fingerprint", "n_docs", "max_length", "sparse", "prefix",
-             "pooling", "normalize", "dtype", "shard_size", "batch_size")
+             "query_prompt", "document_prompt", "pooling", "normalize", "dtype", "shard_size", "batch_size")
+#: the value of a plan key a folder written before it existed stands for (no prompt)
+_ABSENT = {"query_prompt": "", "document_prompt": ""}
 
 
 class EmbeddingsError(ValueError):
@@ -178,7 +181,9 @@ def encode_to_folder(model, corpus, output: str | os.PathLike, *, model_name: st
                                                                            "_name_or_path", "") or type(model).__name__),
             "model_class": type(model).__name__, "model_fingerprint": model_fingerprint(model),
             "corpus_fingerprint": cfp, "n_docs": len(doc_ids), "max_length": settings["max_length"],
-            "sparse": settings["sparse"], "prefix": settings["prefix"], "pooling": settings["pooling"],
+            "sparse": settings["sparse"], "prefix": settings["prefix"],
+            "query_prompt": model.encoding_settings(is_query=True)["prefix"], "document_prompt": settings["prefix"],
+            "pooling": settings["pooling"],
             "normalize": settings["normalize"], "dtype": dtype_name, "shard_size": int(shard_size),
             "batch_size": int(batch_size)}
     n_shards = -(-len(doc_ids) // shard_size)
@@ -186,7 +191,7 @@ def encode_to_folder(model, corpus, output: str | os.PathLike, *, model_name: st
     plan_file = out / "plan.json"
     if plan_file.is_file():
         old = _read_json(plan_file)
-        diff = [k for k in _IDENTITY if old.get(k) != plan.get(k)]
+        diff = [k for k in _IDENTITY if old.get(k, _ABSENT.get(k)) != plan.get(k)]
         if diff and restart and world_size == 1:
             import shutil
 
@@ -333,6 +338,37 @@ class Embeddings:
         """All vectors: float32 ``[n, dim]`` (memory-mapped when there is one shard) or CSR ``[n, |V|]``."""
         return concat_blocks([b for _, b in self.iter_shards()])
 
+    @property
+    def prompts(self) -> tuple[str, str]:
+        """``(query prompt, document prompt)`` the folder was encoded with (``""``: none, as in folders
+        written before prompts were recorded)."""
+        m = self.manifest
+        return m.get("query_prompt", ""), m.get("document_prompt", m.get("prefix") or "")
+
+    def check_prompts(self, model) -> None:
+        """Refuse (:class:`EmbeddingsError`) a ``model`` that prepends other prompts than these embeddings'."""
+        q, d = self.prompts
+        want_q = model.encoding_settings(is_query=True)["prefix"]
+        want_d = model.encoding_settings(is_query=False)["prefix"]
+        for what, flag, have, want in (("document", "--document-prompt", d, want_d),
+                                       ("query", "--query-prompt", q, want_q)):
+            if have != want:
+                raise EmbeddingsError(
+                    f"{self.path} was encoded with the {what} prompt {have!r}, this run uses {want!r}: the vectors "
+                    f"would not match; pass {flag} {have!r} (as the folder), or encode the corpus again")
+
+    def _same_model_other_prompts(self, model) -> bool:
+        """Whether ``model`` with this folder's prompts would have made it (the prompts are all that differ)."""
+        q, d = self.prompts
+        old = getattr(model, "query_prefix", None), getattr(model, "doc_prefix", None)
+        if (old[0] or "", old[1] or "") == (q, d):
+            return False
+        try:
+            model.query_prefix, model.doc_prefix = q, d
+            return model_fingerprint(model) == self.manifest["model_fingerprint"]
+        finally:
+            model.query_prefix, model.doc_prefix = old
+
     def check(self, model=None, doc_ids: Sequence[str] | None = None, max_length: int | None = None,
               corpus_fingerprint: str | None = None) -> None:
         """Refuse (:class:`EmbeddingsError`) when ``model`` is not the one that made these embeddings
@@ -343,6 +379,8 @@ class Embeddings:
         if model is not None:
             fp = model_fingerprint(model)
             if fp != m["model_fingerprint"]:
+                if self._same_model_other_prompts(model):
+                    self.check_prompts(model)
                 raise EmbeddingsError(
                     f"{self.path} was encoded by another model ({m.get('model')!r}, {m.get('model_class')}, "
                     f"fingerprint {m['model_fingerprint']}), not by this {type(model).__name__} (fingerprint {fp}): "

@@ -34,7 +34,7 @@ import torch
 from tqdm.auto import tqdm
 
 __all__ = ["encode", "iter_encode", "concat_blocks", "EncoderMixin", "doc_to_text", "resolve_device", "encode_device", "embed",
-           "DEFAULT_CHUNK_SIZE"]
+           "DEFAULT_CHUNK_SIZE", "st_prompts", "apply_prompts"]
 
 #: texts tokenised and encoded at a time (and the rows of one shard of an embeddings folder)
 DEFAULT_CHUNK_SIZE = 8192
@@ -207,6 +207,38 @@ def concat_blocks(blocks: list):
     return np.concatenate(blocks)
 
 
+def st_prompts(prompts: Mapping[str, str | None] | None) -> tuple[dict[str, str], str, str]:
+    """``(prompts, query prompt, document prompt)`` of a sentence-transformers ``prompts`` dict, as
+    Sentence Transformers reads it: ``query`` and ``document`` are always there (``""`` when not
+    saved); ``encode_query`` uses ``query``, ``encode_document`` the first of ``document`` /
+    ``passage`` / ``corpus`` (so ``document``, present in every model, even ``""``)."""
+    out: dict[str, str | None] = {"query": None, "document": None}
+    for name, text in (prompts or {}).items():
+        if name not in out or out[name] is None:
+            out[name] = text
+    out = {k: ("" if v is None else str(v)) for k, v in out.items()}
+    doc = next(out[k] for k in ("document", "passage", "corpus") if k in out)
+    return out, out["query"], doc
+
+
+def apply_prompts(model, query_prompt: str | None = None, document_prompt: str | None = None):
+    """Set the prompts ``model`` prepends to queries / documents (``None``: keep the model's own;
+    ``""``: none). Returns ``model``."""
+    if query_prompt is not None:
+        model.query_prefix = query_prompt
+    if document_prompt is not None:
+        model.doc_prefix = document_prompt
+    return model
+
+
+def _as_matrix(x):
+    if sp.issparse(x):
+        return x
+    t = x if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x))
+    t = t.float()
+    return t[None] if t.dim() == 1 else t
+
+
 class EncoderMixin:
     """``encode_queries`` / ``encode_corpus`` for a model whose
     ``forward(input_ids, attention_mask, is_query)`` returns embeddings (see :func:`embed`).
@@ -214,7 +246,11 @@ class EncoderMixin:
     The model must have a ``tokenizer`` attribute (or pass ``tokenizer=``). Optional
     attributes: ``output_is_sparse`` (bool), ``max_query_length`` / ``max_doc_length``
     (or ``config.max_query_length`` / ``config.max_doc_length``), ``query_prefix`` /
-    ``doc_prefix``.
+    ``doc_prefix`` (the prompts of :meth:`encode_query` / :meth:`encode_document`), ``prompts`` /
+    ``default_prompt_name`` (as in Sentence Transformers, for :meth:`encode`'s ``prompt_name``).
+
+    Sentence Transformers' names are here too: :meth:`encode_query`, :meth:`encode_document`,
+    :meth:`encode` (``prompt_name`` / ``prompt``) and :meth:`similarity`.
     """
 
     output_is_sparse: bool = False
@@ -247,12 +283,13 @@ class EncoderMixin:
 
     def _iter_encode_texts(self, texts: Iterable[str], *, is_query: bool, batch_size=32, max_length=None,
                            show_progress_bar=None, device=None, dtype=None, convert_to="numpy",
-                           tokenizer=None, chunk_size: int = DEFAULT_CHUNK_SIZE, total: int | None = None):
+                           tokenizer=None, chunk_size: int = DEFAULT_CHUNK_SIZE, total: int | None = None,
+                           prompt: str | None = None):
         tokenizer = tokenizer or getattr(self, "tokenizer", None)
         if dtype is None:
             dtype = getattr(self, "encode_dtype", None) or "auto"
         settings = self.encoding_settings(is_query, max_length, tokenizer)
-        prefix = settings["prefix"]
+        prefix = settings["prefix"] if prompt is None else prompt
         if total is None and hasattr(texts, "__len__"):
             total = len(texts)
         if prefix:
@@ -296,3 +333,70 @@ class EncoderMixin:
         if total is None and hasattr(corpus, "__len__"):
             total = len(corpus)
         return self._iter_encode_texts((doc_to_text(d) for d in corpus), is_query=False, total=total, **kwargs)
+
+    # ------------------------------------------------------------------ Sentence Transformers' names
+    def _prompts(self) -> dict[str, str]:
+        """The model's prompts, with ``query`` / ``document`` as its encodings use them (flags included)."""
+        return {**(getattr(self, "prompts", None) or {}), "query": getattr(self, "query_prefix", None) or "",
+                "document": getattr(self, "doc_prefix", None) or ""}
+
+    def _resolve_prompt(self, prompt: str | None, prompt_name: str | None) -> str | None:
+        """Sentence Transformers' rule: ``prompt``, else ``prompts[prompt_name]``, else the prompt of
+        ``default_prompt_name``, else none."""
+        if prompt is not None:
+            return prompt
+        prompts = self._prompts()
+        if prompt_name is not None:
+            if prompt_name not in prompts:
+                raise ValueError(f"Prompt name '{prompt_name}' not found in the configured prompts dictionary "
+                                 f"with keys {list(prompts)!r}.")
+            return prompts[prompt_name]
+        default = getattr(self, "default_prompt_name", None)
+        return prompts.get(default) if default is not None else None
+
+    def _st_encode(self, texts, is_query: bool, prompt: str | None, convert_to_tensor: bool = False, **kwargs):
+        single = isinstance(texts, str) or isinstance(texts, Mapping)
+        items = [texts] if single else list(texts)
+        items = [t if is_query else doc_to_text(t) for t in items]
+        if convert_to_tensor:
+            kwargs["convert_to"] = "torch"
+        kwargs.pop("convert_to_numpy", None)
+        out = self._encode_texts(items, is_query=is_query, prompt=prompt, **kwargs)
+        return out[0] if single else out
+
+    def encode_query(self, queries, prompt_name: str | None = None, prompt: str | None = None, **kwargs):
+        """Sentence Transformers' ``encode_query``: queries with the query prompt (``query_prefix``)
+        unless ``prompt_name`` / ``prompt`` says otherwise; keyword arguments: :meth:`encode_queries`'."""
+        p = None if prompt_name is None and prompt is None else self._resolve_prompt(prompt, prompt_name)
+        return self._st_encode(queries, True, p, **kwargs)
+
+    def encode_document(self, documents, prompt_name: str | None = None, prompt: str | None = None, **kwargs):
+        """Sentence Transformers' ``encode_document``: documents (``str`` or BEIR dicts) with the document
+        prompt (``doc_prefix``) unless ``prompt_name`` / ``prompt`` says otherwise."""
+        p = None if prompt_name is None and prompt is None else self._resolve_prompt(prompt, prompt_name)
+        return self._st_encode(documents, False, p, **kwargs)
+
+    def encode(self, sentences, prompt_name: str | None = None, prompt: str | None = None, *,
+               is_query: bool = False, **kwargs):
+        """Sentence Transformers' ``encode``: no prompt unless ``prompt`` / ``prompt_name`` (a key of the
+        model's prompts) / the model's ``default_prompt_name`` gives one. ``is_query`` picks the query
+        side of an asymmetric model (and the query max length)."""
+        return self._st_encode(sentences, is_query, self._resolve_prompt(prompt, prompt_name) or "", **kwargs)
+
+    def similarity(self, queries, documents) -> torch.Tensor:
+        """Scores ``[n_q, n_d]`` (a float32 tensor) of two sets of embeddings by the model's similarity:
+        cosine or dot (:func:`hf_dr.objectives.scale.model_similarity`, or the ``similarity_fn_name`` of
+        its sentence-transformers folder; ``euclidean`` / ``manhattan``: negative distances)."""
+        from .objectives.scale import model_similarity
+
+        a, b = _as_matrix(queries), _as_matrix(documents)
+        if sp.issparse(a) or sp.issparse(b):
+            a = sp.csr_matrix(a) if sp.issparse(a) else sp.csr_matrix(a.numpy())
+            b = sp.csr_matrix(b) if sp.issparse(b) else sp.csr_matrix(b.numpy())
+            return torch.from_numpy(np.asarray((a @ b.T).todense(), dtype=np.float32))
+        name = str(getattr(self, "similarity_fn_name", None) or "").lower()
+        if name in ("euclidean", "manhattan"):
+            return -torch.cdist(a, b, p=2.0 if name == "euclidean" else 1.0)
+        if name in ("cosine", "cos") or (not name and model_similarity(self) == "cos"):
+            a, b = torch.nn.functional.normalize(a, dim=-1), torch.nn.functional.normalize(b, dim=-1)
+        return a @ b.T

@@ -118,6 +118,8 @@ class AdaptConfig:
     command: str | None = None
     show_progress_bar: bool = False
     dtype: str = "auto"  # auto | fp32 | bf16 | fp16: encoding and training precision (hf_dr.precision)
+    query_prompt: str | None = None  # prepended to the queries by the model (None: its own prompt; "": none)
+    document_prompt: str | None = None  # prepended to the documents (None: its own prompt; "": none)
 
 
 @dataclass
@@ -301,6 +303,13 @@ def _load_student(cfg: AdaptConfig):
     return model
 
 
+def _with_prompts(cfg: AdaptConfig, model):
+    """``model`` with ``--query-prompt`` / ``--document-prompt`` (when given) set."""
+    from ..encoding import apply_prompts
+
+    return apply_prompts(model, cfg.query_prompt, cfg.document_prompt)
+
+
 def _save_model(model, folder: Path) -> Path:
     """``model.save_pretrained`` into ``folder``, atomically."""
     tmp = folder.with_name(folder.name + ".tmp")
@@ -338,7 +347,7 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
 
     # the corpus and the training queries only (never their labels; the test split is not read here)
     data, queries, has_train_qrels = beir.load_training_queries(cfg.data, split=cfg.split)
-    student = _load_student(cfg)
+    student = _with_prompts(cfg, _load_student(cfg))
     student.encode_dtype = cfg.dtype
     max_length = cfg.max_length or _own_max_length(student)
     _set_max_length(student, max_length)
@@ -475,7 +484,7 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
         from ..models import load_encoder
 
         test = beir.load_beir(cfg.data, split="test")
-        selected = student if kept_start else load_encoder(selected_dir)
+        selected = student if kept_start else _with_prompts(cfg, load_encoder(selected_dir))
         selected.encode_dtype = cfg.dtype
         before = _evaluate_cached(cache, student, test, cfg.batch_size)
         after = before if kept_start else _evaluate_cached(cache, selected, test, cfg.batch_size)
@@ -483,7 +492,7 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
         say(f"evaluate: test nDCG@10 {before['aggregate']['ndcg@10']:.4f} -> {after['aggregate']['ndcg@10']:.4f} "
             f"(p = {p_value:.3g}, {after['n_queries']} queries)")
         if last_step != selected_step and (last_dir / "config.json").is_file():
-            last_model = load_encoder(last_dir)
+            last_model = _with_prompts(cfg, load_encoder(last_dir))
             last_model.encode_dtype = cfg.dtype
             res = _evaluate_cached(cache, last_model, test, cfg.batch_size)["aggregate"]
             last_eval = {"step": last_step, **res}
@@ -644,8 +653,8 @@ def _train(cfg: AdaptConfig, model, train, dev, run_dir: Path, max_length: int, 
                                   lambda: ({"train": annotate_units(train, show_progress_bar=False)}, {}))
         train = parts["train"]
         kwargs.update(objective=BERMObjective(),  # scale: the model's own similarity
-                      collator=UnitCollator(model.tokenizer, query_max_length=max_length, doc_max_length=max_length,
-                                            neg_column="neg", score_column=None))
+                      collator=UnitCollator.for_model(model, query_max_length=max_length, doc_max_length=max_length,
+                                                      neg_column="neg", score_column=None))
     last = last_complete_checkpoint(run_dir)
     if last:
         say(f"train: resuming from {Path(last).name} ({cfg.max_steps} steps in all)")

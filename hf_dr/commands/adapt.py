@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ..cli import add_dtype_argument, finite_float, non_negative_int, positive_int
+from ..cli import add_dtype_argument, add_prompt_arguments, finite_float, non_negative_int, positive_int
 
 
 def _defaults(field: str) -> str:
@@ -72,6 +72,7 @@ def register(sub) -> None:
                         "matched to the teacher's; auto = mean teacher margin / mean student margin on 256 training "
                         "triplets (default: 20 for cosine students, 1 for dot-product ones)")
     add_dtype_argument(p, "encoding (labels, dev set, test) and training (the Trainer's mixed precision)")
+    add_prompt_arguments(p, "the model (labels, training, dev set, test)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work-dir", default=None, help="stage cache and checkpoints (default: .OUTPUT.work beside it)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output once the new one is complete")
@@ -108,7 +109,8 @@ def run(args) -> int:
                       max_queries=args.max_queries, teacher=args.teacher, dense_teacher=args.dense_teacher,
                       mlm_steps=args.mlm_steps, expand_vocabulary=args.vocabulary, delta_v=args.delta_v,
                       rem=args.rem, margin_scale=args.margin_scale, labels=args.labels, seed=args.seed, overwrite=args.overwrite,
-                      work_dir=args.work_dir, command=command, dtype=args.dtype)
+                      work_dir=args.work_dir, command=command, dtype=args.dtype, query_prompt=args.query_prompt,
+                      document_prompt=args.document_prompt)
     try:
         res = adapt(cfg, progress=print)
     except AdaptError as e:

@@ -7,7 +7,7 @@ or ``torchrun``: each process encodes its own shards). ``hf-dr evaluate --embedd
 
 from __future__ import annotations
 
-from ..cli import add_dtype_argument, positive_int
+from ..cli import add_dtype_argument, add_prompt_arguments, apply_prompt_arguments, positive_int
 
 
 def register(sub) -> None:
@@ -25,6 +25,7 @@ def register(sub) -> None:
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: a GPU when there is one; "
                                                   "under accelerate each process its own)")
     add_dtype_argument(p)
+    add_prompt_arguments(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--overwrite", action="store_true",
                    help="replace a non-empty --output (once the new folder is complete; never one holding --data or "
@@ -52,7 +53,7 @@ def run(args) -> int:
     inputs = local_inputs(args.data, args.model)
     check_output_folder(out, overwrite=args.overwrite, inputs=inputs)  # before loading anything
     work = partial_folder(out)
-    model = load_encoder(args.model, kind=args.kind)
+    model = apply_prompt_arguments(load_encoder(args.model, kind=args.kind), args)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     device = args.device
     if device is None and world_size > 1:

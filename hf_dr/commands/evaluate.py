@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..cli import add_dtype_argument, finite_float, positive_int, stemmer_name, stopwords_name
+from ..cli import add_dtype_argument, add_prompt_arguments, apply_prompt_arguments, finite_float, positive_int, stemmer_name, stopwords_name
 from ..retrieval.retriever import RETRIEVER_KINDS
 
 
@@ -60,6 +60,7 @@ def register(sub) -> None:
     p.add_argument("--max-queries", type=positive_int, default=None, help="evaluate the first N judged queries only")
     p.add_argument("--device", default=None)
     add_dtype_argument(p, "encoding the corpus and the queries")
+    add_prompt_arguments(p, "--model")
     p.set_defaults(func=run)
 
 
@@ -94,6 +95,7 @@ def qdrant_retriever(args):
             encoders["sparse"] = load_encoder(args.sparse_model, kind="sparse")
     for e in encoders.values():
         e.encode_dtype = args.dtype
+    apply_prompt_arguments(encoders.get("dense"), args)
     return QdrantRetriever(store_from_args(args), encoders, mode=args.retriever, exact=not args.approximate,
                            fusion=fusion, batch_size=args.batch_size)
 
@@ -195,7 +197,8 @@ def run(args) -> int:
     else:
         retriever = build_retriever(
             args.retriever, data, args.model, embeddings=args.embeddings, batch_size=args.batch_size,
-            max_length=args.max_length, device=args.device, dtype=args.dtype, bm25_stemmer=args.bm25_stemmer,
+            max_length=args.max_length, device=args.device, dtype=args.dtype, query_prompt=args.query_prompt,
+            document_prompt=args.document_prompt, bm25_stemmer=args.bm25_stemmer,
             bm25_stopwords=args.bm25_stopwords, hybrid_second=args.hybrid_second, fusion=args.fusion or "zscore",
             fusion_weights=args.fusion_weights, **index_options(args))
     result = evaluate(retriever, data, k=args.top_k, metrics=args.metrics or DEFAULT_METRICS,

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from ..cli import add_dtype_argument, finite_float, non_negative_int, positive_int
+from ..cli import add_dtype_argument, add_prompt_arguments, apply_prompt_arguments, finite_float, non_negative_int, positive_int
 
 import shlex
 import sys
@@ -40,6 +40,7 @@ def register(sub) -> None:
                         "or all-equal teacher scores, teacher margins beyond the teacher's sane bound; see "
                         "docs/dodress.md); by default they are reported and dropped")
     add_dtype_argument(p, "encoding with --dense-model")
+    add_prompt_arguments(p, "--dense-model")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cache-dir", default=None,
                    help="stage cache, keyed on the content of the inputs (default: .OUTPUT.cache beside the output "
@@ -83,7 +84,7 @@ def run(args) -> int:
     if not has_qrels:
         print(f"no qrels/{args.split}.tsv in {args.data}: labelling {len(queries)} queries (all the queries "
               "not judged in a test split)")
-    encoder = load_encoder(args.dense_model) if args.dense_model else None
+    encoder = apply_prompt_arguments(load_encoder(args.dense_model) if args.dense_model else None, args)
     if encoder is not None:
         encoder.encode_dtype = args.dtype
     command = "hf-dr label " + " ".join(shlex.quote(a) for a in sys.argv[sys.argv.index("label") + 1:]) \

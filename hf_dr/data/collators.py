@@ -19,6 +19,8 @@ class RetrievalCollator:
     Output keys: ``query_input_ids``, ``query_attention_mask`` ``[B, Lq]``;
     ``doc_input_ids``, ``doc_attention_mask`` ``[B * (1 + m), Ld]`` laid out
     ``[pos_0, neg_0_1..neg_0_m, pos_1, ...]``; ``teacher_scores`` ``[B, 1 + m]`` when given.
+    ``query_prefix`` / ``doc_prefix``: the model's prompts, prepended as its encodings prepend them
+    (:meth:`for_model`).
     """
 
     tokenizer: object
@@ -28,6 +30,15 @@ class RetrievalCollator:
     pos_column: str = "pos"
     neg_column: str | None = "neg"
     score_column: str | None = "scores"
+    query_prefix: str = ""
+    doc_prefix: str = ""
+
+    @classmethod
+    def for_model(cls, model, **kwargs):
+        """A collator for ``model``: its tokenizer and the prompts its encodings use (``query_prefix`` /
+        ``doc_prefix``), so training sees the texts that inference encodes."""
+        return cls(model.tokenizer, query_prefix=getattr(model, "query_prefix", None) or "",
+                   doc_prefix=getattr(model, "doc_prefix", None) or "", **kwargs)
 
     def __call__(self, rows: Sequence[dict]) -> dict[str, torch.Tensor]:
         if not rows:
@@ -44,9 +55,9 @@ class RetrievalCollator:
                 n_neg = len(negs)
             elif len(negs) != n_neg:
                 raise ValueError(f"every row needs the same number of negatives ({n_neg}); row {i} has {len(negs)}")
-            queries.append(r[self.query_column])
-            docs.append(r[self.pos_column])
-            docs.extend(negs)
+            queries.append(self.query_prefix + r[self.query_column])
+            docs.append(self.doc_prefix + r[self.pos_column])
+            docs.extend(self.doc_prefix + n for n in negs)
             if self.score_column and r.get(self.score_column) is not None:
                 scores.append(list(r[self.score_column]))
         q = self.tokenizer(queries, padding=True, truncation=True, max_length=self.query_max_length, return_tensors="pt")
@@ -82,7 +93,8 @@ class UnitCollator(RetrievalCollator):
 
         batch = super().__call__(rows)
         group = batch["doc_input_ids"].shape[0] // len(rows)
-        pos = [r[self.pos_column] for r in rows]
+        pos = [self.doc_prefix + r[self.pos_column] for r in rows]
+        off = len(self.doc_prefix)  # the units' character spans, in the prefixed text
         # the positives again, alone, for their offsets: the same text, truncation and
         # tokenizer give the same tokens as in the batch (shifted by left padding, if any)
         enc = self.tokenizer(pos, truncation=True, max_length=self.doc_max_length, return_offsets_mapping=True)
@@ -93,7 +105,7 @@ class UnitCollator(RetrievalCollator):
                                "hf_dr.data.units.annotate_units (or dataset_builders/berm_units.py)")
             mask_row = batch["doc_attention_mask"][i * group]
             shift = int(mask_row.argmax()) if self.tokenizer.padding_side == "left" else 0
-            s, kept = unit_token_spans(enc["offset_mapping"][i], r[self.spans_column] or [])
+            s, kept = unit_token_spans(enc["offset_mapping"][i], [(a + off, b + off) for a, b in r[self.spans_column] or []])
             spans.append([(a + shift, b + shift) for a, b in s])
             label = r.get(self.label_column, NO_LABEL)
             label = NO_LABEL if label is None or label < 0 or label not in kept else kept.index(label)

@@ -123,8 +123,8 @@ def train_on_pseudo_labels(model, train, output_dir: str | Path, dev=None, *, ob
         load_best_model_at_end=has_dev, metric_for_best_model="ndcg@10" if has_dev else None,
         greater_is_better=True, seed=seed, dataloader_num_workers=0, **training_kwargs)
     if collator is None:
-        collator = RetrievalCollator(model.tokenizer, query_max_length=max_length, doc_max_length=max_length,
-                                     neg_column="neg", score_column="scores" if teacher_scores else None)
+        collator = RetrievalCollator.for_model(model, query_max_length=max_length, doc_max_length=max_length,
+                                               neg_column="neg", score_column="scores" if teacher_scores else None)
     if objective is None:
         objective = RankNetObjective()  # scale: the model's own similarity
     evaluator = RerankEvaluator(dev, metrics=("ndcg@10",), max_length=dev_max_length or max_length) if has_dev else None

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from transformers import AutoModel, AutoTokenizer
 
-from ..encoding import EncoderMixin
+from ..encoding import EncoderMixin, st_prompts
 
 __all__ = ["DenseEncoder", "pool", "own_pooling_and_similarity"]
 
@@ -76,7 +76,17 @@ def _st_settings(path: str) -> dict:
             t = m.get("type", "")
             if t.endswith("Pooling"):
                 pc = _read_json(p / m.get("path", "") / "config.json")
-                if pc.get("pooling_mode_cls_token"):
+                if pc.get("include_prompt") is False:
+                    out["include_prompt"] = False
+                mode = pc.get("pooling_mode")  # Sentence Transformers >= 6: "mean" / "cls" / "max" (or a list)
+                mode = mode[0] if isinstance(mode, list) and len(mode) == 1 else mode
+                if isinstance(mode, str) and mode in ("mean", "cls", "max"):
+                    out["pooling"] = mode
+                elif mode is not None:
+                    from . import ModelLoadError
+
+                    raise ModelLoadError(f"{path}: pooling {mode!r} is not one hf-dr encodes with (mean, cls, max)")
+                elif pc.get("pooling_mode_cls_token"):
                     out["pooling"] = "cls"
                 elif pc.get("pooling_mode_max_tokens"):
                     out["pooling"] = "max"
@@ -85,9 +95,13 @@ def _st_settings(path: str) -> dict:
             if t.endswith("Normalize"):
                 out["normalize"] = True
         # a model scored by cosine without a Normalize module: cosine = the inner product of unit vectors
-        if str(_read_json(p / "config_sentence_transformers.json").get("similarity_fn_name")).lower() == "cosine":
+        stc = _read_json(p / "config_sentence_transformers.json")
+        if str(stc.get("similarity_fn_name")).lower() == "cosine":
             out["normalize"] = True
         out.setdefault("normalize", False)
+        for key in ("prompts", "default_prompt_name", "similarity_fn_name"):
+            if stc.get(key) is not None:
+                out[key] = stc[key]
     sb = _read_json(p / "sentence_bert_config.json")
     if "max_seq_length" in sb:
         out["max_length"] = int(sb["max_seq_length"])
@@ -107,15 +121,24 @@ class DenseEncoder(nn.Module, EncoderMixin):
     (cosine), scored by inner product.
 
     ``DenseEncoder.from_pretrained("sentence-transformers/all-MiniLM-L6-v2")`` reads mean
-    pooling, normalisation and max length 256 from the folder, as sentence-transformers does.
+    pooling, normalisation and max length 256 from the folder, as sentence-transformers does; the
+    ``prompts`` of ``config_sentence_transformers.json`` give ``query_prefix`` (``encode_query``) and
+    ``doc_prefix`` (``encode_document``) as in Sentence Transformers (:func:`~hf_dr.encoding.st_prompts`).
     """
 
     #: weights the encoding never uses (the backbone's pooler): left out of embeddings fingerprints
     fingerprint_skip = ("backbone.pooler.",)
 
     def __init__(self, backbone: nn.Module, tokenizer, pooling: str = "mean", normalize: bool = False,
-                 max_length: int = 512, max_query_length: int | None = None):
+                 max_length: int = 512, max_query_length: int | None = None, prompts: dict | None = None,
+                 default_prompt_name: str | None = None, similarity_fn_name: str | None = None):
         super().__init__()
+        self.prompts, self.query_prefix, self.doc_prefix = st_prompts(prompts)
+        if default_prompt_name is not None and default_prompt_name not in self.prompts:
+            raise ValueError(f"Default prompt name '{default_prompt_name}' not found in the configured prompts "
+                             f"dictionary with keys {list(self.prompts)!r}.")
+        self.default_prompt_name = default_prompt_name
+        self.similarity_fn_name = similarity_fn_name
         self.backbone = backbone
         self.tokenizer = tokenizer
         self.pooling = pooling
@@ -135,7 +158,14 @@ class DenseEncoder(nn.Module, EncoderMixin):
         max_length = max_length or st.get("max_length") or min(512, getattr(tokenizer, "model_max_length", 512) or 512)
         encoder = cls(backbone, tokenizer, pooling=pooling or st.get("pooling", "mean"),
                       normalize=st.get("normalize", False) if normalize is None else normalize,
-                      max_length=max_length, max_query_length=max_query_length or st.get("max_query_length"))
+                      max_length=max_length, max_query_length=max_query_length or st.get("max_query_length"),
+                      prompts=st.get("prompts"), default_prompt_name=st.get("default_prompt_name"),
+                      similarity_fn_name=st.get("similarity_fn_name"))
+        if st.get("include_prompt") is False and (encoder.query_prefix or encoder.doc_prefix):
+            import warnings
+
+            warnings.warn(f"{path_or_id}: its pooling leaves the prompt tokens out (include_prompt: false), hf-dr "
+                          "pools over them: its vectors differ from Sentence Transformers'", UserWarning, stacklevel=2)
         return encoder.eval()  # as transformers' from_pretrained: a loaded model is in eval mode
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, is_query: bool = False) -> torch.Tensor:
@@ -163,7 +193,14 @@ class DenseEncoder(nn.Module, EncoderMixin):
         self.tokenizer.save_pretrained(save_directory)
         (save_directory / _CONFIG_NAME).write_text(json.dumps(
             {"pooling": self.pooling, "normalize": self.normalize, "max_length": self.max_doc_length,
-             "max_query_length": self.max_query_length}, indent=1))
+             "max_query_length": self.max_query_length, **self._st_config()}, indent=1))
+
+    def _st_config(self) -> dict:
+        """``prompts`` (as encoded now: ``query_prefix`` / ``doc_prefix`` included), ``default_prompt_name``,
+        ``similarity_fn_name``: what ``config_sentence_transformers.json`` holds."""
+        sim = self.similarity_fn_name or ("cosine" if self.normalize else "dot")
+        return {"prompts": self._prompts(), "default_prompt_name": self.default_prompt_name,
+                "similarity_fn_name": sim}
 
     def save_sentence_transformers_config(self, save_directory: str | os.PathLike) -> None:
         """``modules.json`` + pooling (+ normalise) configs, so ``SentenceTransformer(folder)`` loads
@@ -181,6 +218,8 @@ class DenseEncoder(nn.Module, EncoderMixin):
             "word_embedding_dimension": self.config.hidden_size, "pooling_mode_cls_token": self.pooling == "cls",
             "pooling_mode_mean_tokens": self.pooling == "mean", "pooling_mode_max_tokens": self.pooling == "max",
             "pooling_mode_mean_sqrt_len_tokens": False}, indent=1))
+        (out / "config_sentence_transformers.json").write_text(json.dumps(
+            {"model_type": "SentenceTransformer", **self._st_config()}, indent=1))
         (out / "sentence_bert_config.json").write_text(json.dumps(
             {"max_seq_length": self.max_doc_length, "do_lower_case": False}, indent=1))
 
@@ -203,6 +242,6 @@ class DenseEncoder(nn.Module, EncoderMixin):
         """Python that loads the published repo with sentence-transformers."""
         return (f'from sentence_transformers import SentenceTransformer\n\n'
                 f'model = SentenceTransformer("{repo_id}")\n'
-                f'q = model.encode(["what causes fever?"])\n'
-                f'd = model.encode(["Fever is caused by infection.", "The cat sat on the mat."])\n'
+                f'q = model.encode_query(["what causes fever?"])  # with the query prompt, if any\n'
+                f'd = model.encode_document(["Fever is caused by infection.", "The cat sat on the mat."])\n'
                 f'print(model.similarity(q, d))\n')

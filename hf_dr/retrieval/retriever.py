@@ -219,7 +219,8 @@ def _none(x):
 
 
 def build_retriever(kind: str, data, model=None, *, embeddings=None, batch_size: int = 32,
-                    max_length: int | None = None, device=None, dtype: str | None = None, bm25_stemmer: str | None = "english",
+                    max_length: int | None = None, device=None, dtype: str | None = None,
+                    query_prompt: str | None = None, document_prompt: str | None = None, bm25_stemmer: str | None = "english",
                     bm25_stopwords: str | None = "en", hybrid_second: str | None = None, fusion: str = "zscore",
                     fusion_weights: Sequence[float] = (1.0, 1.0), show_progress_bar: bool | None = True,
                     **index_kwargs) -> Retriever:
@@ -230,7 +231,9 @@ def build_retriever(kind: str, data, model=None, *, embeddings=None, batch_size:
     encoder. ``embeddings``: an embeddings folder of the corpus to use instead of encoding it.
     ``index_kwargs``: dense index options (``index_type``, ``hnsw_m``, ``nlist``, ``use_gpu``...).
     ``dtype``: the precision the model encodes the corpus and the queries in (``auto`` | ``fp32`` | ``bf16``
-    | ``fp16``, :mod:`hf_dr.precision`; default: the encoder's own ``encode_dtype``).
+    | ``fp16``, :mod:`hf_dr.precision`; default: the encoder's own ``encode_dtype``). ``query_prompt`` /
+    ``document_prompt``: texts prepended to the queries / documents (default: the model's own prompts;
+    :func:`hf_dr.encoding.apply_prompts`).
     """
     if kind not in RETRIEVER_KINDS:
         raise ValueError(f"unknown retriever {kind!r}: choose {', '.join(RETRIEVER_KINDS)}")
@@ -253,6 +256,9 @@ def build_retriever(kind: str, data, model=None, *, embeddings=None, batch_size:
         encoder.to(resolve_device(device))
     if dtype is not None:
         encoder.encode_dtype = dtype
+    from ..encoding import apply_prompts
+
+    apply_prompts(encoder, query_prompt, document_prompt)
     is_sparse = bool(getattr(encoder, "output_is_sparse", False))
     if want == "sparse" and not is_sparse:
         raise ValueError(f"{model} is not a sparse model")
