@@ -162,6 +162,9 @@ def encode_to_folder(model, corpus, output: str | os.PathLike, *, model_name: st
     it into place once complete (:func:`hf_dr.io.partial_folder`). Returns the :class:`Embeddings` when the folder is complete
     (always with one process; on rank 0 with several), else ``None``.
     """
+    from .st_encoder import as_encoder
+
+    model = as_encoder(model)  # a SentenceTransformer / SparseEncoder object too
     out = Path(output)
     if rank is None or world_size is None:
         rank, world_size, state = _dist()
@@ -375,7 +378,10 @@ class Embeddings:
         (weights or configuration differ), ``max_length`` (when given) is not the one they were
         encoded with, ``doc_ids`` are not its documents, or ``corpus_fingerprint`` (of
         :func:`hf_dr.embeddings.corpus_fingerprint`: ids and texts) is not its corpus's."""
+        from .st_encoder import as_encoder
+
         m = self.manifest
+        model = as_encoder(model)
         if model is not None:
             fp = model_fingerprint(model)
             if fp != m["model_fingerprint"]:

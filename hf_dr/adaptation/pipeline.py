@@ -38,6 +38,7 @@ import copy
 import hashlib
 import json
 import logging
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -88,7 +89,7 @@ class AdaptConfig:
     """Everything ``adapt`` depends on (``hf-dr adapt --help`` documents each flag)."""
 
     data: str
-    model: str
+    model: str  # a folder or Hub id; a SentenceTransformer / SparseEncoder object (saved into the work folder)
     method: str
     output: str
     split: str = "train"
@@ -303,6 +304,43 @@ def _load_student(cfg: AdaptConfig):
     return model
 
 
+def _models_as_folders(cfg: AdaptConfig) -> AdaptConfig:
+    """``cfg`` with a ``SentenceTransformer`` / ``SparseEncoder`` object given as ``model`` or
+    ``dense_teacher`` replaced by its own saved folder (``model.save``, under the work folder's
+    ``inputs/``, named by its fingerprint): every stage then reads it as it reads any folder, its
+    prompts, pooling, similarity and max length included. A model hf-dr cannot train exactly
+    (:func:`hf_dr.st_encoder.trainable_as_folder`) is refused, not approximated."""
+    import dataclasses
+
+    from ..st_encoder import as_encoder, is_sentence_transformers_model, trainable_as_folder
+
+    changes = {}
+    for field_name in ("model", "dense_teacher"):
+        obj = getattr(cfg, field_name)
+        if obj is None or isinstance(obj, (str, os.PathLike)):
+            continue
+        if not is_sentence_transformers_model(obj):
+            raise AdaptError(f"{field_name}: a folder, a Hub id, a SentenceTransformer or a SparseEncoder "
+                             f"(got {type(obj).__name__})")
+        why = trainable_as_folder(obj)
+        if why:
+            raise AdaptError(f"{field_name}: this {type(obj).__name__} cannot be adapted by hf-dr: {why}")
+        from ..embeddings import model_fingerprint
+
+        work = Path(cfg.work_dir).expanduser() if cfg.work_dir else default_work_dir(cfg.output)
+        folder = work / "inputs" / f"{field_name}-{model_fingerprint(as_encoder(obj))[:16]}"
+        if not (folder / "modules.json").is_file():
+            tmp = folder.with_name(folder.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            obj.save(str(tmp))
+            shutil.rmtree(folder, ignore_errors=True)
+            tmp.replace(folder)
+        changes[field_name] = str(folder)
+        if field_name == "model" and type(obj).__name__ == "SparseEncoder":
+            changes["kind"] = "sparse"
+    return dataclasses.replace(cfg, **changes) if changes else cfg
+
+
 def _with_prompts(cfg: AdaptConfig, model):
     """``model`` with ``--query-prompt`` / ``--document-prompt`` (when given) set."""
     from ..encoding import apply_prompts
@@ -336,6 +374,7 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
     from ..labeling.pseudo_relevance import PseudoLabelConfig, StageCache, build_pseudo_labels
 
     say = progress or (lambda s: logger.info("%s", s))
+    cfg = _models_as_folders(cfg)
     check_config(cfg)
     cfg = with_method_defaults(cfg)
     out = Path(cfg.output).expanduser()

@@ -323,7 +323,7 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
     Args:
         reranker: a :class:`~.rerankers.Reranker`, or a spec ``"fusion"`` / ``"monot5:<id>"`` /
             ``"cross-encoder:<id>"`` (built only when a stage that needs it is not cached).
-        dense_encoder: the current dense retriever (any encoder of the suite): needed by the
+        dense_encoder: the current dense retriever (any encoder of the suite, or a ``SentenceTransformer``): needed by the
             fusion reranker and SimANS. ``dense_name`` names it in cache keys and on the card.
         bm25: a :class:`~hf_dr.retrieval.BM25Index` of ``data``'s corpus (built when needed).
         queries: ``{qid: text}`` to label instead of ``data``'s split queries (e.g. rewritten
@@ -351,6 +351,9 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
     """
     from ..retrieval import BM25Index, BM25Retriever, EncoderRetriever
 
+    from ..st_encoder import as_encoder
+
+    dense_encoder = as_encoder(dense_encoder)  # a SentenceTransformer object too
     config = config or PseudoLabelConfig()
     config.validate()
     if config.simans_score_scale is None:  # the dense model's own similarity: 20 for cosine, 1 for dot

@@ -92,7 +92,8 @@ class EncoderRetriever(Retriever):
     """An encoder of the suite over stored document vectors.
 
     Args:
-        encoder: any model with ``encode_queries`` (``output_is_sparse`` picks the index).
+        encoder: any encoder of the suite (``encode_queries``; ``output_is_sparse`` picks the index), or a
+            ``SentenceTransformer`` / ``SparseEncoder`` object (:func:`hf_dr.st_encoder.as_encoder`).
         doc_vectors: the documents' vectors, ``[n, d]`` float32 or CSR ``[n, |V|]``.
         doc_ids: their ids.
         doc_transform: applied to ``doc_vectors`` before indexing (e.g. CAI's IDF weighting);
@@ -106,10 +107,11 @@ class EncoderRetriever(Retriever):
     def __init__(self, encoder, doc_vectors, doc_ids: Sequence[str], *, doc_transform: Callable | None = None,
                  query_settings: Mapping[str, Any] | None = None, batch_size: int = 32,
                  max_query_length: int | None = None, name: str | None = None, **index_kwargs):
+        from ..st_encoder import as_encoder
         from .dense import DenseIndex
         from .sparse import SparseIndex
 
-        self.encoder = encoder
+        self.encoder = encoder = as_encoder(encoder)
         self.sparse = bool(getattr(encoder, "output_is_sparse", False))
         vecs = doc_transform(doc_vectors) if doc_transform is not None else doc_vectors
         if self.sparse:
@@ -128,6 +130,9 @@ class EncoderRetriever(Retriever):
     def from_corpus(cls, encoder, doc_ids: Sequence[str], texts: Sequence[str], *, batch_size: int = 32,
                     max_length: int | None = None, show_progress_bar: bool | None = True, **kwargs) -> EncoderRetriever:
         """Encode ``texts`` with ``encoder`` and index them."""
+        from ..st_encoder import as_encoder
+
+        encoder = as_encoder(encoder)
         vecs = encoder.encode_corpus(list(texts), batch_size=batch_size, max_length=max_length,
                                      show_progress_bar=show_progress_bar)
         return cls(encoder, vecs, doc_ids, batch_size=batch_size, **kwargs)
@@ -144,7 +149,9 @@ class EncoderRetriever(Retriever):
         (:class:`~hf_dr.embeddings.EmbeddingsError`) when ``encoder`` did not make it, or when
         ``doc_ids`` (the corpus searched) are not its documents."""
         from ..embeddings import Embeddings
+        from ..st_encoder import as_encoder
 
+        encoder = as_encoder(encoder)
         emb = embeddings if isinstance(embeddings, Embeddings) else Embeddings(embeddings)
         emb.check(encoder, doc_ids=doc_ids, max_length=max_length)
         return cls(encoder, emb.matrix(), emb.doc_ids, **kwargs)
@@ -249,7 +256,9 @@ def build_retriever(kind: str, data, model=None, *, embeddings=None, batch_size:
 
         encoder = load_encoder(model, kind=want)
     else:
-        encoder = model
+        from ..st_encoder import as_encoder
+
+        encoder = as_encoder(model)
     if device is not None and hasattr(encoder, "to"):
         from ..encoding import resolve_device
 
