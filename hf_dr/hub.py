@@ -290,6 +290,33 @@ print(scores)
 '''
 
 
+def st_usage_snippet(repo_id: str, st_class: str = "SentenceTransformer", trust_remote_code: bool = False,
+                     similarity: str | None = None) -> str:
+    """Python that loads the published repo with Sentence Transformers (``SentenceTransformer`` or
+    ``SparseEncoder``) and scores a query against two documents with the model's own prompts and
+    similarity (tested: ``tests/test_st_out.py`` runs it and compares the scores with hf-dr's)."""
+    trust = ", trust_remote_code=True" if trust_remote_code else ""
+    why = ("  # the IDF document weighting is code of this repo (splade_idf.py)" if trust_remote_code else "")
+    return (f'from sentence_transformers import {st_class}\n\n'
+            f'model = {st_class}("{repo_id}"{trust}){why}\n'
+            f'queries = ["what causes fever?"]\n'
+            f'documents = ["Fever is caused by infection.", "The cat sat on the mat."]\n'
+            f'q = model.encode_query(queries)  # with the query prompt, if any\n'
+            f'd = model.encode_document(documents)\n'
+            f'scores = model.similarity(q, d){"  # " + _SIMILARITY_NAMES.get(similarity, similarity) if similarity else ""}\n'
+            f'print(scores)\n')
+
+
+_SIMILARITY_NAMES = {"dot": "dot product", "cosine": "cosine similarity"}
+
+#: why Sentence Transformers cannot load a kind at all (the card says so instead of a snippet)
+ST_UNSUPPORTED = {
+    "ddr_rem": "a DDR REM is LoRA and / or parallel adapters inside the layers of a DAM's backbone, which no "
+               "Sentence Transformers module (nor a transformers architecture) expresses; load it with "
+               "`AutoModel.from_pretrained(..., trust_remote_code=True)` or hf-dr",
+}
+
+
 # ---------------------------------------------------------------------------- saving
 def _flat_config(model) -> dict:
     cfg = getattr(model, "config", None)
@@ -419,8 +446,16 @@ def _render_model_card(kind: ModelKind, model, template: Path, out: Path, *, rep
         usage=usage_snippet(kind, repo_id, max_query_length=int(cfg.get("max_query_length") or 64),
                             max_doc_length=int(cfg.get("max_doc_length") or 256)),
         model_class=kind.class_name, similarity=_similarity_words(cfg), **kind_vars, **extra)
+    from .models.st_folder import sentence_transformers_class
+
+    st = sentence_transformers_class(out)
+    variables.update(st_class=st[0] if st else "", st_remote_code=bool(st and st[1]),
+                     st_usage=st_usage_snippet(repo_id, *st) if st else "",
+                     st_unsupported=extra.get("st_unsupported") or ("" if st else ST_UNSUPPORTED.get(kind.name, "")))
+    if st and "sentence-transformers" not in data["tags"]:
+        data["tags"].append("sentence-transformers")
     card = render_card(template, data, **variables)
-    if "usage" not in template.read_text():
+    if not re.search(r"{{\s*usage\s*}}", template.read_text()):
         # a template without the snippet (e.g. written for the training script): the published card
         # still says how to load the repo without hf-dr, with a snippet that runs
         card.text = card.text.rstrip() + ("\n\n## Usage without hf-dr\n\nThe model code is in this repository "
