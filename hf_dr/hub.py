@@ -259,13 +259,18 @@ def _hub_id(s: str | None) -> str | None:
     return s
 
 
-def usage_snippet(kind: ModelKind, repo_id: str, *, max_query_length: int = 64, max_doc_length: int = 256) -> str:
+def usage_snippet(kind: ModelKind, repo_id: str, *, max_query_length: int = 64, max_doc_length: int = 256,
+                  prompts: Mapping[str, str] | None = None) -> str:
     """Python that loads the published repo with plain transformers and scores a query against two
-    documents (tested: ``tests/test_hub.py`` runs it in a process where hf-dr is not installed)."""
+    documents (tested: ``tests/test_hub.py`` runs it in a process where hf-dr is not installed);
+    the model's ``prompts`` (``query`` / ``document``), when it has any, are prepended as hf-dr does."""
     cls = kind.hooks_class()
     if hasattr(cls, "usage_snippet"):  # a repo not loaded through trust_remote_code (dense, DAM)
         return cls.usage_snippet(repo_id, max_query_length=max_query_length, max_doc_length=max_doc_length)
     sparse = getattr(cls, "output_is_sparse", False)
+    prompts = {k: v for k, v in (prompts or {}).items() if k in ("query", "document") and v}
+    prompt_line = ("" if not prompts else f"\n    prompt = {prompts!r}.get('query' if is_query else 'document', '')"
+                   "  # the model's prompts, as hf-dr prepends them\n    texts = [prompt + t for t in texts]")
     score = "q @ d.T" + ("   # sparse [n, |V|] term weights: dot product of the matching terms" if sparse
                          else "   # inner product of the embeddings")
     return f'''import torch
@@ -275,7 +280,7 @@ model = AutoModel.from_pretrained("{repo_id}", trust_remote_code=True).eval()
 tokenizer = AutoTokenizer.from_pretrained("{repo_id}")
 
 
-def encode(texts, is_query):
+def encode(texts, is_query):{prompt_line}
     batch = tokenizer(texts, padding=True, truncation=True, return_tensors="pt",
                       max_length={max_query_length} if is_query else {max_doc_length})
     with torch.no_grad():
@@ -444,7 +449,8 @@ def _render_model_card(kind: ModelKind, model, template: Path, out: Path, *, rep
         results=metrics_table(rows) or "No evaluation was attached when this repo was published "
         "(`hf-dr push --metrics metrics.json`).",
         usage=usage_snippet(kind, repo_id, max_query_length=int(cfg.get("max_query_length") or 64),
-                            max_doc_length=int(cfg.get("max_doc_length") or 256)),
+                            max_doc_length=int(cfg.get("max_doc_length") or 256),
+                            prompts=getattr(getattr(model, "config", None), "prompts", None)),
         model_class=kind.class_name, similarity=_similarity_words(cfg), **kind_vars, **extra)
     from .models.st_folder import sentence_transformers_class
 

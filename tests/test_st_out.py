@@ -253,6 +253,17 @@ def test_card_snippet_runs_and_scores_as_hf_dr(kind, tiny_bert_dir, tmp_path, ca
     ours = model.similarity(model.encode_queries(ns["queries"]), model.encode_corpus(ns["documents"])).numpy()
     np.testing.assert_allclose(_dense_rows(ns["scores"]), ours, atol=1e-4, rtol=1e-5)
     assert ("trust_remote_code=True" in code) == (kind == "splade_cai")
+    if kind == "dense":
+        return
+    # the plain-transformers snippet (trust_remote_code) prepends the saved prompts too
+    plain, = [b for b in re.findall(r"```python\n(.*?)```", (out / "README.md").read_text(), flags=re.S)
+              if "AutoModel.from_pretrained(\"someone/st-out-test\"" in b]
+    assert "'query: '" in plain
+    ns = {}
+    exec(compile(plain.replace("someone/st-out-test", str(out)), "card-snippet", "exec"), ns)
+    ours = model.similarity(model.encode_queries(["what causes fever?"]),
+                            model.encode_corpus(["Fever is caused by infection.", "The cat sat on the mat."])).numpy()
+    np.testing.assert_allclose(_dense_rows(ns["scores"]), ours, atol=1e-4, rtol=1e-5)
 
 
 def test_ddr_card_says_sentence_transformers_cannot_load_it(tiny_bert_dir, tmp_path):

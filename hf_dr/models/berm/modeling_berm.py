@@ -145,7 +145,10 @@ class BERMEncoder(EncoderMixin, PreTrainedModel):
         folder of :meth:`save_pretrained`, which is also a Sentence Transformers folder (Transformer in
         ``0_Transformer/`` sharing the root's weights, Pooling, Normalize for ``cos``; needs hf-dr).
         Returns ``(model, {})``."""
-        from hf_dr.models.st_folder import write_dense_modules
+        try:  # hf-dr writes the folder (a Hub user without it has no use for this method)
+            from hf_dr.models.st_folder import write_dense_modules
+        except ImportError as e:
+            raise ImportError("save_for_hub needs hf-dr (pip install hf-dr)") from e
 
         model = cls.from_pretrained(str(src))
         model.save_pretrained(out, safe_serialization=True)

@@ -178,7 +178,10 @@ class SPLADECAI(EncoderMixin, PreTrainedModel):
         folder of :meth:`save_pretrained` (weights in two shards, ``mlm.*`` and ``idf``), which is also
         a Sentence Transformers ``SparseEncoder`` folder (:func:`hf_dr.models.st_folder.write_splade_modules`;
         needs hf-dr). Returns ``(model, {"st_unsupported": why})`` (``None`` when expressed)."""
-        from hf_dr.models.st_folder import write_splade_modules
+        try:  # hf-dr writes the folder (a Hub user without it has no use for this method)
+            from hf_dr.models.st_folder import write_splade_modules
+        except ImportError as e:
+            raise ImportError("save_for_hub needs hf-dr (pip install hf-dr)") from e
 
         model = cls.from_pretrained(str(src))
         model.save_pretrained(out, safe_serialization=True)
