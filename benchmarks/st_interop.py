@@ -100,7 +100,8 @@ def check(out: Path, data: Path, dataset: str, work: Path) -> dict:
     adapt = json.loads((out / "metrics.json").read_text())
     st_kind = sentence_transformers_class(out / "model")
     row = {"table": "st_interop", "dataset": dataset, "output": rel(out), "machine": machine(),
-           "system": f"{Path(str(adapt['model'])).name} + hf-dr adapt --method {adapt['method']}: OUT/model",
+           "system": f"{Path(str(adapt['model'])).name} + hf-dr adapt --method {adapt['method']}: OUT/model"
+                     + (" (the starting model, kept)" if adapt.get("kept_starting_model") else ""),
            "command": command_line(), "adapt_command": adapt.get("command")}
     if st_kind is None:
         return {**row, "metrics": {}, "note": "Sentence Transformers cannot load this model (no modules.json)"}
@@ -127,6 +128,7 @@ def check(out: Path, data: Path, dataset: str, work: Path) -> dict:
     log(f"{out.name}: hf-dr evaluate nDCG@10 {ours['ndcg@10']:.4f}, {loader} + exact search {theirs['ndcg@10']:.4f}"
         f" ({'equal' if same else 'DIFFERENT'} to 4 decimals)")
     return {**row, "st_loader": loader, "similarity": similarity, "queries": res.n_queries,
+            "kept_starting_model": adapt.get("kept_starting_model"),
             "metrics": {"hf-dr nDCG@10": round(ours["ndcg@10"], 4), "ST nDCG@10": round(theirs["ndcg@10"], 4),
                         "hf-dr R@100": round(ours["recall@100"], 4), "ST R@100": round(theirs["recall@100"], 4),
                         "equal to 4 decimals": same,

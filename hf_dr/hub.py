@@ -5,7 +5,9 @@
 that ``trust_remote_code`` imports, the tokenizer, and a ``README.md`` card rendered from
 ``model_cards/<template>.md`` through :class:`huggingface_hub.ModelCard` (YAML card data:
 base model, datasets, licence, ``library_name``, tags, the method paper, ``model-index``
-results from ``hf-dr evaluate`` JSON files). :func:`push_model` uploads that folder with one
+results from ``hf-dr evaluate`` JSON files). A dense, BERM or SPLADE model's folder is also a
+Sentence Transformers folder (:mod:`hf_dr.models.st_folder`), and its card has a Sentence
+Transformers snippet (:func:`st_usage_snippet`). :func:`push_model` uploads that folder with one
 :meth:`huggingface_hub.HfApi.upload_folder` call; with ``local_dir`` it only writes it.
 
 :func:`prepare_dataset_folder` / :func:`push_dataset` do the same for a ``datasets.Dataset``,

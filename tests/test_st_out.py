@@ -46,17 +46,22 @@ def load_st(folder, caplog=None):
     assert kind is not None, f"{folder} has no modules.json"
     cls_name, remote, _ = kind
     cls = getattr(sentence_transformers, cls_name)
+    from transformers.utils import logging as hf_logging
+
     logs: list[logging.LogRecord] = []
     handler = logging.Handler(logging.WARNING)
     handler.emit = logs.append
-    root = logging.getLogger()
-    root.addHandler(handler)
+    # the root logger (Sentence Transformers, huggingface_hub...) and transformers' own, which does not propagate
+    loggers = [logging.getLogger(), hf_logging.get_logger()]
+    for lg in loggers:
+        lg.addHandler(handler)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             model = cls(str(folder), device="cpu", **({"trust_remote_code": True} if remote else {}))
     finally:
-        root.removeHandler(handler)
+        for lg in loggers:
+            lg.removeHandler(handler)
     assert not caught, [f"{w.category.__name__}: {w.message}" for w in caught]
     assert not logs, [r.getMessage()[:300] for r in logs]
     return model
@@ -275,3 +280,16 @@ def test_ddr_card_says_sentence_transformers_cannot_load_it(tiny_bert_dir, tmp_p
     out = _push(tmp_path)
     assert not (out / "modules.json").exists()
     assert "Sentence Transformers cannot load this model" in (out / "README.md").read_text()
+
+
+def test_the_warning_check_sees_transformers_load_report(tiny_bert_dir, tmp_path):
+    """The no-warning check is not vacuous: a Transformer module reading the root's weights without
+    the key mapping (every weight unexpected / missing) is caught by :func:`load_st`."""
+    _berm(tiny_bert_dir, tmp_path)
+    out = _push(tmp_path)
+    cfg_file = out / "0_Transformer" / "sentence_bert_config.json"
+    cfg = json.loads(cfg_file.read_text())
+    del cfg["model_args"]
+    cfg_file.write_text(json.dumps(cfg))
+    with pytest.raises(AssertionError, match="LOAD REPORT|MISSING|UNEXPECTED"):
+        load_st(out)
