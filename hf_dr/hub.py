@@ -297,13 +297,14 @@ print(scores)
 '''
 
 
-def st_usage_snippet(repo_id: str, st_class: str = "SentenceTransformer", trust_remote_code: bool = False,
+def st_usage_snippet(repo_id: str, st_class: str = "SentenceTransformer", remote_modules: Sequence[str] = (),
                      similarity: str | None = None) -> str:
     """Python that loads the published repo with Sentence Transformers (``SentenceTransformer`` or
-    ``SparseEncoder``) and scores a query against two documents with the model's own prompts and
-    similarity (tested: ``tests/test_st_out.py`` runs it and compares the scores with hf-dr's)."""
-    trust = ", trust_remote_code=True" if trust_remote_code else ""
-    why = ("  # the IDF document weighting is code of this repo (splade_idf.py)" if trust_remote_code else "")
+    ``SparseEncoder``; ``trust_remote_code=True`` when the repo has ``remote_modules``, module classes of
+    its own) and scores a query against two documents with the model's own prompts and similarity
+    (tested: ``tests/test_st_out.py`` runs it and compares the scores with hf-dr's)."""
+    trust = ", trust_remote_code=True" if remote_modules else ""
+    why = f"  # runs this repository's {', '.join(remote_modules)}" if remote_modules else ""
     return (f'from sentence_transformers import {st_class}\n\n'
             f'model = {st_class}("{repo_id}"{trust}){why}\n'
             f'queries = ["what causes fever?"]\n'

@@ -166,7 +166,7 @@ def test_berm_output(similarity, pooling, tiny_bert_dir, tmp_path):
     out = _push(tmp_path)
     st = assert_st_matches(out, model)
     assert st.similarity_fn_name == ("cosine" if similarity == "cos" else "dot")
-    assert sentence_transformers_class(out) == ("SentenceTransformer", False, st.similarity_fn_name)
+    assert sentence_transformers_class(out) == ("SentenceTransformer", [], st.similarity_fn_name)
     # the Transformer reads the root's weights file: one file on disk
     assert os.path.samefile(out / "model.safetensors", out / "0_Transformer" / "model.safetensors")
     # still a trust_remote_code folder, and hf-dr reads its prompts back
@@ -184,7 +184,7 @@ def test_splade_cai_with_idf(tiny_bert_dir, tmp_path):
 
     model = _splade(tiny_bert_dir, tmp_path, use_idf=True, idf_exponent=0.5)
     out = _push(tmp_path)
-    assert sentence_transformers_class(out) == ("SparseEncoder", True, "dot")
+    assert sentence_transformers_class(out) == ("SparseEncoder", ["splade_idf.SpladeIDF"], "dot")
     st = assert_st_matches(out, model)
     d_plain = _dense_rows(model.encode_corpus(DOCS, show_progress_bar=False))
     model.config.use_idf = False
@@ -228,7 +228,7 @@ print("OK")
 def test_splade_without_idf_needs_no_remote_code(query_mode, tiny_bert_dir, tmp_path):
     model = _splade(tiny_bert_dir, tmp_path, use_idf=False, query_mode=query_mode)
     out = _push(tmp_path)
-    assert sentence_transformers_class(out) == ("SparseEncoder", False, "dot")
+    assert sentence_transformers_class(out) == ("SparseEncoder", [], "dot")
     assert not (out / "splade_idf.py").exists()
     assert_st_matches(out, model)
 

@@ -247,9 +247,10 @@ def write_splade_modules(out: str | os.PathLike, model) -> str | None:
     return None
 
 
-def sentence_transformers_class(folder: str | os.PathLike) -> tuple[str, bool, str | None] | None:
-    """``(class name, needs trust_remote_code, similarity_fn_name)`` of a folder with Sentence
-    Transformers files (``SentenceTransformer`` / ``SparseEncoder``); ``None`` without ``modules.json``."""
+def sentence_transformers_class(folder: str | os.PathLike) -> tuple[str, list[str], str | None] | None:
+    """``(class name, module classes of its own, similarity_fn_name)`` of a folder with Sentence
+    Transformers files (``SentenceTransformer`` / ``SparseEncoder``; module classes outside
+    ``sentence_transformers.*`` need ``trust_remote_code=True``); ``None`` without ``modules.json``."""
     folder = Path(folder)
     if not (folder / "modules.json").is_file():
         return None
@@ -260,5 +261,5 @@ def sentence_transformers_class(folder: str | os.PathLike) -> tuple[str, bool, s
     types = [m.get("type", "") for m in json.loads((folder / "modules.json").read_text())]
     if (folder / "router_config.json").is_file():
         types += list(json.loads((folder / "router_config.json").read_text()).get("types", {}).values())
-    remote = any(not t.startswith("sentence_transformers.") for t in types)
+    remote = sorted({t for t in types if not t.startswith("sentence_transformers.")})
     return st.get("model_type") or "SentenceTransformer", remote, st.get("similarity_fn_name")
