@@ -240,8 +240,9 @@ def write_splade_modules(out: str | os.PathLike, model) -> str | None:
         _write_json(out / static / "config.json", {"frozen": True})
         types[static] = STATIC_EMBEDDING
         query = [static]
+    # the document route first: a Router's ``tokenizer`` (and what reads it) is its first route's
     _write_json(out / "router_config.json", {
-        "types": types, "structure": {"query": query, "document": document},
+        "types": types, "structure": {"document": document, "query": query},
         "parameters": {"default_route": "document", "allow_empty_key": True, "route_mappings": {}}})
     _write_json(out / "modules.json", [{"idx": 0, "name": "0", "path": "", "type": ROUTER}])
     return None
