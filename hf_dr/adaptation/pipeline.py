@@ -298,9 +298,12 @@ def _load_student(cfg: AdaptConfig):
             raise AdaptError(f"--method berm trains a dense encoder; {cfg.model} is a sparse model")
         pooling = getattr(model, "pooling", "cls")
         similarity = "cos" if getattr(model, "normalize", False) else "dot"
-        model = BERMEncoder.from_backbone(cfg.model, pooling=pooling, similarity=similarity,
-                                          max_doc_length=_own_max_length(model),
-                                          max_query_length=_own_max_length(model))
+        berm = BERMEncoder.from_backbone(cfg.model, pooling=pooling, similarity=similarity,
+                                         max_doc_length=_own_max_length(model),
+                                         max_query_length=_own_max_length(model))
+        # the starting model's prompts (a Sentence Transformers folder's): BERM trains, encodes and saves with them
+        berm.query_prefix, berm.doc_prefix = getattr(model, "query_prefix", ""), getattr(model, "doc_prefix", "")
+        model = berm
     return model
 
 
@@ -792,10 +795,11 @@ def _save_checkpoint_model(cfg: AdaptConfig, init, checkpoint: Path, folder: Pat
 def _as_output(cfg: AdaptConfig, model):
     """A trained model as the method outputs it: ``cai`` switches on the IDF document weighting
     (papers/003 Eq. 7, fitted on the target corpus before training and kept off while training and
-    on the dev set: the weighting applies at search time)."""
+    on the dev set: the weighting applies at search time); ``--query-prompt`` / ``--document-prompt``
+    are set, so that the saved model carries them."""
     if cfg.method == "cai":
         model.config.use_idf = True
-    return model
+    return _with_prompts(cfg, model)  # saved with the prompts it is evaluated with (--query-prompt ...)
 
 
 def _evaluate_cached(cache, model, test, batch_size: int) -> dict:
@@ -868,7 +872,10 @@ def _write_output(cfg: AdaptConfig, out: Path, work: Path, selected_dir: Path, m
         if metrics["below_zero_shot"]:
             warning = (f"The adapted model scores below the zero-shot model on the test split "
                        f"({metrics['after']['ndcg@10']:.4f} < {metrics['before']['ndcg@10']:.4f}).")
+        from ..models.st_folder import sentence_transformers_class
+
         write_card(tmp, "adapted", card_data, m=metrics, source_name=source, results=results_table(metrics),
+                   st=sentence_transformers_class(tmp / "model"),
                    dev_rows="\n".join(f"| {s}{' (starting model)' if s == '0' else ''} | {v:.4f} |"
                                       for s, v in sorted(metrics["dev"].items(), key=lambda x: int(x[0]))),
                    budget=b, warning=warning, model_name=_public(cfg.model),
