@@ -368,9 +368,9 @@ def load_state_dict_checked(model: torch.nn.Module, folder: str | os.PathLike) -
     """Load ``folder/model.safetensors`` into ``model``. Keys absent from the file because they
     share storage with a key that is there (tied embeddings / decoder) are expected; any other
     missing or unexpected key is a :class:`CheckpointError`."""
-    from safetensors.torch import load_file
+    from .models import read_checkpoint
 
-    state = load_file(str(Path(folder) / "model.safetensors"))
+    state = read_checkpoint(Path(folder) / "model.safetensors", model.state_dict())
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing:
         own = model.state_dict(keep_vars=True)

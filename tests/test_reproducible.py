@@ -224,6 +224,49 @@ def test_mlm_resume_is_quiet_and_final_folder_is_atomic(tiny_bert_dir, tmp_path,
     assert ((out / "config.json").stat().st_mode & 0o777) == 0o644
 
 
+def test_checkpoint_with_legacy_layernorm_names_reloads_and_a_foreign_one_is_refused(tiny_bert_dir, tmp_path):
+    """transformers 5.0-5.5 save a model that from_pretrained loaded with its LayerNorms as
+    LayerNorm.gamma / .beta: such a checkpoint reloads (renamed as from_pretrained renames them), and
+    weights that do not fit are still refused."""
+    from safetensors.torch import save_file
+    from transformers import AutoModelForMaskedLM
+
+    from hf_dr.training import load_checkpoint_into, load_state_dict_checked
+
+    enc = DenseEncoder.from_pretrained(str(tiny_bert_dir))
+    enc.save_pretrained(tmp_path / "ckpt")
+    f = tmp_path / "ckpt" / "model.safetensors"
+    state = {k: v.clone() for k, v in enc.backbone.state_dict().items()}
+    legacy = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+              for k, v in state.items()}
+    assert sum(k.endswith("LayerNorm.gamma") for k in legacy) == 5
+    save_file(legacy, str(f), metadata={"format": "pt"})
+    other = DenseEncoder.from_pretrained(str(tiny_bert_dir))
+    with torch.no_grad():
+        for p in other.parameters():
+            p.zero_()
+    load_checkpoint_into(other, tmp_path / "ckpt")
+    for k, v in other.backbone.state_dict().items():
+        assert torch.equal(v, state[k]), k
+    save_file({k: v for k, v in legacy.items() if k != "encoder.layer.0.output.LayerNorm.gamma"}, str(f))
+    with pytest.raises(ValueError, match="missing .'encoder.layer.0.output.LayerNorm.weight'"):
+        load_checkpoint_into(other, tmp_path / "ckpt")
+    save_file({**legacy, "encoder.layer.0.output.Norm.gamma": torch.ones(32)}, str(f))
+    with pytest.raises(ValueError, match="unexpected .'encoder.layer.0.output.Norm.gamma'"):
+        load_checkpoint_into(other, tmp_path / "ckpt")
+
+    mlm = AutoModelForMaskedLM.from_pretrained(tiny_bert_dir)  # a PreTrainedModel: load_state_dict_checked
+    mlm.save_pretrained(tmp_path / "mlm")
+    mlm_state = {k: v.clone() for k, v in mlm.state_dict().items() if k != "cls.predictions.decoder.weight"}  # tied
+    save_file({k.replace("LayerNorm.weight", "LayerNorm.gamma"): v for k, v in mlm_state.items()},
+              str(tmp_path / "mlm" / "model.safetensors"), metadata={"format": "pt"})
+    load_state_dict_checked(mlm, tmp_path / "mlm")
+    wide = AutoModelForMaskedLM.from_pretrained(tiny_bert_dir)
+    wide.bert.embeddings.LayerNorm = torch.nn.LayerNorm(33)
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        load_state_dict_checked(wide, tmp_path / "mlm")
+
+
 def test_final_output_keeps_folder_on_error(tmp_path):
     out = tmp_path / "model"
     out.mkdir()

@@ -81,6 +81,35 @@ def _weight_names(folder: Path) -> list[str] | None:
     return names
 
 
+# transformers' "legacy" key renamings: its from_pretrained applies them to every checkpoint it reads.
+# transformers 5.0-5.5 also apply them in reverse when saving a model that from_pretrained loaded, so the
+# LayerNorms of such a checkpoint are stored as LayerNorm.gamma / LayerNorm.beta (5.6 and later store
+# .weight / .bias again): a checkpoint is read back through the same renaming, not by a raw load_state_dict.
+_LEGACY_KEYS = ((re.compile(r"LayerNorm\.gamma$"), "LayerNorm.weight"), (re.compile(r"LayerNorm\.beta$"), "LayerNorm.bias"),
+                (re.compile(r"\.weight_g$"), ".parametrizations.weight.original0"),
+                (re.compile(r"\.weight_v$"), ".parametrizations.weight.original1"))
+
+
+def read_checkpoint(path: str | os.PathLike, expected) -> dict:
+    """The tensors of the safetensors file ``path``, for a model whose state-dict keys are ``expected``.
+    A stored key the model does not have is renamed as transformers' ``from_pretrained`` renames legacy
+    names (``LayerNorm.gamma`` -> ``LayerNorm.weight``...) only when the new name is one the model has
+    and the file does not; every other key stays as stored, so weights that do not fit still show up
+    as missing / unexpected keys (and a shape mismatch still fails in ``load_state_dict``)."""
+    from safetensors.torch import load_file
+
+    state = load_file(str(path))
+    want = set(expected)
+    for key in [k for k in state if k not in want]:
+        for pattern, name in _LEGACY_KEYS:
+            new = pattern.sub(name, key)
+            if new != key:
+                if new in want and new not in state:
+                    state[new] = state.pop(key)
+                break
+    return state
+
+
 def _hub_reason(e: BaseException) -> str:
     name, text = type(e).__name__, str(e)
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on") or "Offline" in name + text:

@@ -179,9 +179,9 @@ class DenseEncoder(nn.Module, EncoderMixin):
 
     def load_weights(self, directory: str | os.PathLike) -> None:
         """Load backbone weights saved by :meth:`save_pretrained` (Trainer resume / best model)."""
-        from safetensors.torch import load_file
+        from . import read_checkpoint
 
-        state = load_file(str(Path(directory) / "model.safetensors"))
+        state = read_checkpoint(Path(directory) / "model.safetensors", self.backbone.state_dict())
         missing, unexpected = self.backbone.load_state_dict(state, strict=False)
         tied = getattr(self.backbone, "_tied_weights_keys", None) or ()
         missing = [k for k in missing if k not in tied]
