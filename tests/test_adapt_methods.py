@@ -64,7 +64,7 @@ class ToyNoise(Method):
             torch.save(model.state_dict(), ckpt / "weights.pt")
             dev[step] = inputs.dev.score("dev_toy_noise", model)
         best = max(dev, key=lambda s: (dev[s], -s))
-        self.save_checkpoint(model, inputs.run_dir / f"checkpoint-{best}", inputs.run_dir / "selected")
+        self.save_checkpoint(cfg, model, inputs.run_dir / f"checkpoint-{best}", inputs.run_dir / "selected")
         return {"dev": dev}
 
     def checkpoint_to_model(self, init, checkpoint):

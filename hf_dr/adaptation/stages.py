@@ -250,7 +250,7 @@ def select(run: Run, labels: Labels, trained: Trained) -> Selection:
         from ..io import atomic_write_json
 
         if last_step and last_step != step:  # kept for the test-split report of what selection avoided
-            run.method.save_checkpoint(trained.init, run_dir / f"checkpoint-{last_step}", last_dir)
+            run.method.save_checkpoint(run.cfg, trained.init, run_dir / f"checkpoint-{last_step}", last_dir)
         atomic_write_json(run_dir / "DONE.json", record, indent=1)
         for c in run_dir.glob("checkpoint-*"):  # the selected weights are saved: checkpoints are not needed
             shutil.rmtree(c, ignore_errors=True)

@@ -115,17 +115,17 @@ class Method:
         load_checkpoint_into(model, checkpoint)
         return model
 
-    def as_output(self, model):
+    def as_output(self, cfg: AdaptConfig, model):
         """A trained model as the method outputs it."""
         return model
 
-    def save(self, model, folder: Path) -> Path:
+    def save(self, cfg: AdaptConfig, model, folder: Path) -> Path:
         """A trained model, as the method outputs it, saved whole to ``folder``."""
-        return save_model(self.as_output(model), folder)
+        return save_model(self.as_output(cfg, model), folder)
 
-    def save_checkpoint(self, init, checkpoint: Path, folder: Path) -> Path:
+    def save_checkpoint(self, cfg: AdaptConfig, init, checkpoint: Path, folder: Path) -> Path:
         """The model of a training checkpoint, saved whole to ``folder``."""
-        return self.save(self.checkpoint_to_model(init, checkpoint), folder)
+        return self.save(cfg, self.checkpoint_to_model(init, checkpoint), folder)
 
     def budget(self, cfg: AdaptConfig, record: dict) -> dict:
         """The method's own entries of metrics.json's ``budget`` (e.g. ``mlm_steps``)."""
@@ -187,6 +187,6 @@ class TripletMethod(Method):
         model.eval()
         dev = {int(e["step"]): float(e["eval_ndcg@10"]) for e in trainer.state.log_history if "eval_ndcg@10" in e}
         if dev:  # the best checkpoint is loaded at the end of training
-            self.save(model, run_dir / "selected")
+            self.save(cfg, model, run_dir / "selected")
         best = trainer.state.best_model_checkpoint
         return {"dev": dev, **setup.record, "best_checkpoint": Path(best).name if best else None}

@@ -83,7 +83,7 @@ class SpladeCAI(TripletMethod):
         # dev nDCG@10 down). Documents without IDF while training.
         return TrainingSetup(SpladeObjective(lambda_q=0.0006, lambda_d=0.0008, warmup_steps=max(1, cfg.max_steps // 3)))
 
-    def as_output(self, model):
+    def as_output(self, cfg, model):
         """IDF document weighting on (papers/003 Eq. 7, fitted on the target corpus before training and
         kept off while training and on the dev set: the weighting applies at search time)."""
         model.config.use_idf = True

@@ -90,7 +90,7 @@ class DDR(Method):
             say(f"dev: target DAM at step {step}: nDCG@10 = {dev[step]:.4f}")
         if dev:
             best = max(dev, key=lambda s: (dev[s], -s))
-            self.save_checkpoint(model, run_dir / f"checkpoint-{best}", run_dir / "selected")
+            self.save_checkpoint(cfg, model, run_dir / f"checkpoint-{best}", run_dir / "selected")
         return {"dev": dev}
 
     def checkpoint_to_model(self, init, checkpoint: Path):
