@@ -5,11 +5,11 @@ triplets) registered from anywhere, a test file included; ``--method`` offers ev
 """
 
 from .base import DevSet, Method, Prepared, TrainInputs, TrainingSetup, TripletMethod
-from .registry import (METHOD_DEFAULTS, METHODS, find_method, get_method, register_method, registered_methods,
+from .registry import (METHOD_DEFAULTS, METHODS, get_method, register_method, registered_methods,
                        resolved_config, unregister_method, with_method_defaults)
 # the built-in methods, registered in this order (the order of --method's choices)
 from . import dodress, pseudo_margin_mse, cai, berm, ddr  # noqa: E402,F401  isort: skip
 
 __all__ = ["Method", "TripletMethod", "TrainingSetup", "TrainInputs", "DevSet", "Prepared", "register_method",
-           "unregister_method", "get_method", "find_method", "registered_methods", "METHODS", "METHOD_DEFAULTS",
+           "unregister_method", "get_method", "registered_methods", "METHODS", "METHOD_DEFAULTS",
            "with_method_defaults", "resolved_config"]

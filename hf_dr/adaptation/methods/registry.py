@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping
 from ..config import CONFIG_FIELDS, FALLBACKS, AdaptConfig, AdaptError, eval_steps
 from .base import Method
 
-__all__ = ["register_method", "unregister_method", "get_method", "find_method", "registered_methods", "METHODS",
+__all__ = ["register_method", "unregister_method", "get_method", "registered_methods", "METHODS",
            "METHOD_DEFAULTS", "with_method_defaults", "resolved_config"]
 
 _REGISTRY: dict[str, Method] = {}
@@ -30,11 +30,6 @@ def register_method(method, *, replace: bool = False):
 def unregister_method(name: str) -> None:
     """Remove the method ``name`` from the registry (no error when absent)."""
     _REGISTRY.pop(name, None)
-
-
-def find_method(name: str) -> Method | None:
-    """The registered method ``name``, or None."""
-    return _REGISTRY.get(name)
 
 
 def get_method(name: str) -> Method:
@@ -79,7 +74,7 @@ def with_method_defaults(cfg: AdaptConfig) -> AdaptConfig:
     """``cfg`` with every field left at ``None`` set to its method's default (:attr:`Method.defaults`,
     then :data:`~hf_dr.adaptation.config.FALLBACKS`), and ``eval_steps`` resolved
     (:func:`~hf_dr.adaptation.config.eval_steps`)."""
-    method = find_method(cfg.method)
+    method = _REGISTRY.get(cfg.method)
     own = {**FALLBACKS, **(method.defaults if method else {})}
     filled = {k: v for k, v in own.items() if getattr(cfg, k) is None}
     cfg = dataclasses.replace(cfg, **filled)
