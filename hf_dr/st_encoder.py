@@ -94,7 +94,10 @@ class SentenceTransformerEncoder(nn.Module, EncoderMixin):
         if pooling is not None and getattr(pooling, "include_prompt", True) is False and (self.query_prefix or self.doc_prefix):
             warnings.warn(f"{type(model).__name__}: its pooling leaves the prompt tokens out (include_prompt: false), "
                           "hf-dr pools over them: its vectors differ from Sentence Transformers'", UserWarning, stacklevel=3)
-        self.max_doc_length = self.max_query_length = model.max_seq_length or None
+        # Sentence Transformers 6's per-task lengths (query_length / document_length), else max_seq_length
+        first = next((m for m in mods if hasattr(m, "max_seq_length")), None)
+        self.max_doc_length = getattr(first, "document_length", None) or model.max_seq_length or None
+        self.max_query_length = getattr(first, "query_length", None) or model.max_seq_length or None
         self.config = getattr(getattr(model, "transformers_model", None), "config", None)
 
     @property

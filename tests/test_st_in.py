@@ -167,3 +167,24 @@ def test_adapt_takes_an_object_as_the_student(which, tiny_bert_dir, tmp_path):
     with pytest.raises(AdaptError, match="cannot be adapted by hf-dr"):
         adapt(AdaptConfig(data=str(data), model=_dense(tiny_bert_dir, extra=[Dense(32, 16)]), method="dodress",
                           output=str(tmp_path / "out2")))
+
+
+@pytest.mark.parametrize("kind", ["dense", "splade-idf"])
+def test_an_hf_dr_output_loaded_in_sentence_transformers_comes_back_alike(kind, tiny_bert_dir, tmp_path):
+    """Round trip: an hf-dr output (queries cut shorter than documents: Sentence Transformers 6's
+    query_length) loaded as a SentenceTransformer / SparseEncoder object and passed back in encodes as
+    the hf-dr model does — a long query included."""
+    from sentence_transformers import SentenceTransformer, SparseEncoder
+
+    from .test_st_out import _e5_dense, _push, _splade
+
+    model = _e5_dense(tiny_bert_dir, tmp_path) if kind == "dense" else _splade(tiny_bert_dir, tmp_path)
+    out = _push(tmp_path)
+    st = SentenceTransformer(str(out), device="cpu") if kind == "dense" else \
+        SparseEncoder(str(out), device="cpu", trust_remote_code=True)
+    enc = as_encoder(st)
+    assert (enc.max_query_length, enc.max_doc_length) == (12, 48)
+    long_query = [" ".join(["fever infection immune"] * 20), "cells"]
+    dense = (lambda x: x) if kind == "dense" else (lambda x: x.toarray())
+    np.testing.assert_allclose(dense(enc.encode_query(long_query)), dense(model.encode_queries(long_query)), atol=1e-5)
+    np.testing.assert_allclose(dense(enc.encode_document(DOCS)), dense(model.encode_corpus(DOCS)), atol=1e-5)

@@ -420,7 +420,10 @@ def _write_output(run: Run, out: Path, selected_dir: Path, metrics: dict, after)
         if metrics["below_zero_shot"]:
             warning = (f"The adapted model scores below the zero-shot model on the test split "
                        f"({metrics['after']['ndcg@10']:.4f} < {metrics['before']['ndcg@10']:.4f}).")
+        from ..models.st_folder import sentence_transformers_class
+
         write_card(tmp, "adapted", card_data, m=metrics, source_name=source, results=results_table(metrics),
+                   st=sentence_transformers_class(tmp / "model"),
                    dev_rows="\n".join(f"| {s}{' (starting model)' if s == '0' else ''} | {v:.4f} |"
                                       for s, v in sorted(metrics["dev"].items(), key=lambda x: int(x[0]))),
                    budget=metrics["budget"], warning=warning, model_name=_public(cfg.model),

@@ -11,7 +11,7 @@ from typing import Any
 
 from ...stage_cache import StageCache
 from ..config import AdaptConfig, eval_steps
-from ..student import save_model
+from ..student import save_model, with_prompts
 
 __all__ = ["Method", "TripletMethod", "TrainingSetup", "TrainInputs", "DevSet", "Prepared"]
 
@@ -120,8 +120,9 @@ class Method:
         return model
 
     def save(self, cfg: AdaptConfig, model, folder: Path) -> Path:
-        """A trained model, as the method outputs it, saved whole to ``folder``."""
-        return save_model(self.as_output(cfg, model), folder)
+        """A trained model, as the method outputs it, saved whole to ``folder`` with ``--query-prompt`` /
+        ``--document-prompt`` set (the saved model carries the prompts it is evaluated with)."""
+        return save_model(with_prompts(cfg, self.as_output(cfg, model)), folder)
 
     def save_checkpoint(self, cfg: AdaptConfig, init, checkpoint: Path, folder: Path) -> Path:
         """The model of a training checkpoint, saved whole to ``folder``."""

@@ -26,8 +26,11 @@ class BERM(TripletMethod):
             raise AdaptError(f"--method berm trains a dense encoder; {cfg.model} is a sparse model")
         pooling = getattr(model, "pooling", "cls")
         similarity = "cos" if getattr(model, "normalize", False) else "dot"
-        return BERMEncoder.from_backbone(cfg.model, pooling=pooling, similarity=similarity,
+        berm = BERMEncoder.from_backbone(cfg.model, pooling=pooling, similarity=similarity,
                                          max_doc_length=own_max_length(model), max_query_length=own_max_length(model))
+        # the starting model's prompts (a Sentence Transformers folder's): BERM trains, encodes and saves with them
+        berm.query_prefix, berm.doc_prefix = getattr(model, "query_prefix", ""), getattr(model, "doc_prefix", "")
+        return berm
 
     def objective(self, cfg, model, inputs) -> TrainingSetup:
         from ...data import UnitCollator
