@@ -109,16 +109,17 @@ def test_adapt_end_to_end(first_run, tmp_path, capsys):
 
 def _adapt_after_training(monkeypatch, capsys, hook, data, model, out):
     """A FAST dodress run whose training stage ends with ``hook(record, trained_model)``."""
-    import hf_dr.adaptation.pipeline as pipeline
+    from hf_dr.adaptation.methods import get_method
 
-    real = pipeline._train
+    method = get_method("dodress")
+    real = method.train
 
     def train(cfg, student, *args, **kwargs):
         record = real(cfg, student, *args, **kwargs)
         hook(record, student)
         return record
 
-    monkeypatch.setattr(pipeline, "_train", train)
+    monkeypatch.setattr(method, "train", train)
     return _adapt(capsys, "--data", data, "--model", model, "--method", "dodress", "--output", out, *FAST)
 
 
