@@ -1,9 +1,13 @@
-"""BM25 over any corpus, by bm25s (Lucene scoring by default) — the only BM25 of hf-dr."""
+"""BM25 over any corpus, by bm25s (Lucene scoring by default) — the only BM25 of hf-dr; saved and
+opened memory-mapped with bm25s' own ``save`` / ``load(mmap=True)`` (:meth:`BM25Index.save` /
+:meth:`BM25Index.load`)."""
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -63,43 +67,78 @@ class BM25Index:
     """Lexical index built with `bm25s <https://github.com/xhluca/bm25s>`_.
 
     Args:
-        doc_ids: ids of the documents, in the order of ``texts``.
-        texts: document texts (BEIR: ``title + " " + text``).
+        doc_ids: ids of the documents, in the order of ``texts`` (a list, or any sequence such as a
+            saved index's memory-mapped :class:`~hf_dr.retrieval.saved.DocIds`).
+        texts: document texts (BEIR: ``title + " " + text``), any iterable: read once, lazily.
         stemmer: a PyStemmer language (``"english"``) or ``None`` for no stemming.
         stopwords: ``"en"``, a list of words, or ``None``.
         k1, b, method: BM25 parameters (``method`` one of bm25s' lucene, robertson, atire, bm25l, bm25+).
     """
 
-    def __init__(self, doc_ids: Sequence[str], texts: Sequence[str], *, stemmer: str | None = "english",
+    #: bm25s' own files of a saved index, in ``folder/BM25S_DIR``
+    BM25S_DIR = "bm25s"
+
+    def __init__(self, doc_ids: Sequence[str], texts: Iterable[str], *, stemmer: str | None = "english",
                  stopwords: str | list[str] | None = "en", k1: float = 1.5, b: float = 0.75,
                  method: str = "lucene", show_progress_bar: bool = False):
         bm25s = import_bm25s()
 
-        doc_ids = [str(d) for d in doc_ids]
-        texts = list(texts)
-        if len(doc_ids) != len(texts):
-            raise ValueError(f"{len(doc_ids)} ids for {len(texts)} texts")
-        if not texts:
+        self._setup(doc_ids, stemmer, stopwords, k1, b, method)
+        if isinstance(texts, str):
+            raise TypeError("texts must be an iterable of documents, not one string")
+        tokens = bm25s.tokenize(texts, stopwords=self.stopwords, stemmer=self._stemmer, show_progress=show_progress_bar)
+        n = len(tokens.ids)
+        if len(self.doc_ids) != n:
+            raise ValueError(f"{len(self.doc_ids)} ids for {n} texts")
+        if not n:
             raise ValueError("cannot index an empty corpus")
-        self.doc_ids = doc_ids
-        self.stopwords = stopwords = check_stopwords(stopwords)
-        self._stemmer = None
-        if check_stemmer(stemmer):
-            import Stemmer
-
-            self._stemmer = Stemmer.Stemmer(stemmer)
-        self._bm25s = bm25s
-        tokens = bm25s.tokenize(texts, stopwords=stopwords, stemmer=self._stemmer, show_progress=show_progress_bar)
         if not tokens.vocab:
-            raise ValueError(f"none of the {len(texts)} documents has a term to index (words of two or more "
+            raise ValueError(f"none of the {n} documents has a term to index (words of two or more "
                              "letters or digits that are not stop words): BM25 has nothing to search")
         self.retriever = bm25s.BM25(k1=k1, b=b, method=method)
         self.retriever.index(tokens, show_progress=show_progress_bar)
 
+    def _setup(self, doc_ids, stemmer, stopwords, k1, b, method) -> None:
+        self._bm25s = import_bm25s()
+        self.doc_ids = doc_ids if hasattr(doc_ids, "take") else [str(d) for d in doc_ids]
+        self.stopwords = check_stopwords(stopwords)
+        self.stemmer = check_stemmer(stemmer)
+        self._stemmer = None
+        if self.stemmer:
+            import Stemmer
+
+            self._stemmer = Stemmer.Stemmer(self.stemmer)
+        self.params = {"stemmer": self.stemmer, "stopwords": self.stopwords, "k1": float(k1), "b": float(b),
+                       "method": method}
+
+    def save(self, folder: str | Path) -> Path:
+        """Write the index with bm25s' own ``save`` into ``folder/bm25s`` and its tokenisation
+        (stemmer, stop words) beside (the ids and the manifest are the caller's:
+        :func:`hf_dr.retrieval.saved.save_bm25_index`)."""
+        folder = Path(folder)
+        self.retriever.save(str(folder / self.BM25S_DIR), show_progress=False)
+        (folder / "bm25.json").write_text(json.dumps(self.params))
+        return folder
+
+    @classmethod
+    def load(cls, folder: str | Path, doc_ids: Sequence[str], *, mmap: bool = True) -> BM25Index:
+        """Open a saved index with bm25s' own ``load`` (``mmap``: its score arrays memory-mapped),
+        nothing re-indexed."""
+        folder = Path(folder)
+        params = json.loads((folder / "bm25.json").read_text())
+        self = cls.__new__(cls)
+        self._setup(doc_ids, params["stemmer"], params["stopwords"], params["k1"], params["b"], params["method"])
+        self.retriever = self._bm25s.BM25.load(str(folder / self.BM25S_DIR), mmap=mmap, load_corpus=False,
+                                               show_progress=False)
+        n = self.retriever.scores["num_docs"]
+        if n != len(self.doc_ids):
+            raise ValueError(f"{folder} indexes {n} documents for {len(self.doc_ids)} ids")
+        return self
+
     @classmethod
     def from_beir(cls, data, **kwargs) -> BM25Index:
-        """Index a :class:`hf_dr.data.BeirData` corpus."""
-        return cls(data.doc_ids(), data.doc_texts(), **kwargs)
+        """Index a :class:`hf_dr.data.BeirData` corpus (its texts read lazily from the dataset)."""
+        return cls(data.doc_ids(), (t for _, t in data.iter_docs()), **kwargs)
 
     def __len__(self) -> int:
         return len(self.doc_ids)
