@@ -112,6 +112,7 @@ class AdaptConfig:
     rem: str | None = None
     margin_scale: float | str | None = None  # Margin-MSE: None = default_scale, "auto" = calibrated, or a factor
     labels: str | None = None
+    bm25_index: str | None = None  # a saved BM25 index of the corpus (hf-dr index --backend bm25): the label stage's
     seed: int = 0
     overwrite: bool = False
     work_dir: str | None = None
@@ -203,6 +204,13 @@ def check_config(cfg: AdaptConfig) -> None:
         raise AdaptError("--mlm-steps must be at least 0 (0: no continual MLM)")
     if cfg.eval_steps is not None and cfg.eval_steps < 1:
         raise AdaptError("--eval-steps must be at least 1")
+    if cfg.labels and cfg.bm25_index:
+        raise AdaptError("--index is the BM25 index of the label stage: with --labels nothing is labelled")
+    if cfg.bm25_index:
+        from ..retrieval.saved import SavedIndex
+
+        if SavedIndex(cfg.bm25_index).backend != "bm25":  # not an index folder: SavedIndexError, a ValueError
+            raise AdaptError(f"--index {cfg.bm25_index} is not a BM25 index (hf-dr index --data DIR --backend bm25)")
     if cfg.labels is None:
         try:
             PseudoLabelConfig(split=cfg.split, bm25_top=cfg.bm25_top, k=cfg.k, m=cfg.m, negatives=cfg.negatives,
@@ -227,7 +235,8 @@ def check_config(cfg: AdaptConfig) -> None:
     if work.resolve() == out.resolve() or out.resolve() in work.resolve().parents:
         raise AdaptError(f"--work-dir {work} lies inside the output folder {out}, which is replaced as a whole")
     check_output_folder(out, overwrite=cfg.overwrite,
-                        inputs=local_inputs(cfg.data, cfg.model, cfg.labels, cfg.dense_teacher, cfg.rem, work))
+                        inputs=local_inputs(cfg.data, cfg.model, cfg.labels, cfg.dense_teacher, cfg.rem, cfg.bm25_index,
+                                            work))
 
 
 # ----------------------------------------------------------------------------- models
@@ -387,8 +396,13 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
         pl_cfg = PseudoLabelConfig(split=cfg.split, bm25_top=cfg.bm25_top, k=cfg.k, m=cfg.m, negatives=cfg.negatives,
                                    dev_queries=cfg.dev_queries, max_queries=cfg.max_queries, seed=cfg.seed,
                                    dense_max_length=max_length if dense is not None else None)
+        bm25 = None
+        if cfg.bm25_index:
+            from ..retrieval.saved import SavedIndex
+
+            bm25 = SavedIndex(cfg.bm25_index).bm25_index(data)
         labels = build_pseudo_labels(data, work / "labels", pl_cfg, reranker=cfg.teacher, dense_encoder=dense,
-                                     dense_name=dense_name, queries=queries, cache_dir=work / "cache",
+                                     dense_name=dense_name, bm25=bm25, queries=queries, cache_dir=work / "cache",
                                      command=cfg.command, show_progress_bar=cfg.show_progress_bar, overwrite=True,
                                      inputs=[cfg.data, cfg.model, cfg.dense_teacher])
         train, dev, label_stats = labels.train, labels.dev, labels.stats
@@ -511,6 +525,7 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
         "training_queries_have_qrels": has_train_qrels, "teacher": teacher_name,
         "dense_teacher": _public(cfg.dense_teacher) if cfg.dense_teacher else label_stats.get("dense_model"),
         "labels": _public(cfg.labels) if cfg.labels else None,
+        **({"bm25_index": _public(cfg.bm25_index)} if cfg.bm25_index else {}),
         "labelled_evaluation": labelled_eval,
         "before": before["aggregate"] if before else None, "after": after["aggregate"] if after else None,
         "test_queries": after["n_queries"] if after else None,
@@ -568,13 +583,12 @@ def _cai_backbone(cfg: AdaptConfig, data, work: Path, max_length: int, say, stag
     """The CAI chain's target-corpus stages (vocabulary expansion, continual MLM, IDF) by
     :func:`run_cai`, cached in a folder keyed on the backbone's weights, the corpus and the
     parameters; returns the SPLADE model the training starts from and the chain's report."""
-    from ..embeddings import corpus_fingerprint
     from ..models.splade import SPLADECAI
     from ..models import check_model
     from .cai import CAIArguments, run_cai
     from ..labeling.pseudo_relevance import _folder_fingerprint
 
-    _, corpus_fp = corpus_fingerprint(zip(data.doc_ids(), data.doc_texts()))
+    corpus_fp = data.corpus_fingerprint()
     local = Path(str(cfg.model)).expanduser()
     params = {"backbone": _folder_fingerprint(local) if local.exists() else str(cfg.model), "corpus": corpus_fp, "vocab": cfg.expand_vocabulary,
               "delta_v": cfg.delta_v, "mlm_steps": cfg.mlm_steps, "bs": cfg.batch_size, "len": max_length,
@@ -762,11 +776,11 @@ def _as_output(cfg: AdaptConfig, model):
 def _evaluate_cached(cache, model, test, batch_size: int) -> dict:
     """``{"aggregate", "per_query", "n_queries"}`` of ``model`` on the test split (the one
     :func:`hf_dr.evaluation.evaluate` path), cached by the model's weights and the test data."""
-    from ..embeddings import corpus_fingerprint, model_fingerprint
+    from ..embeddings import model_fingerprint
     from ..evaluation import evaluate
     from ..retrieval import EncoderRetriever
 
-    _, corpus_fp = corpus_fingerprint(zip(test.doc_ids(), test.doc_texts()))
+    corpus_fp = test.corpus_fingerprint()
     from ..precision import dtype_name, encoding_dtype
 
     dt = dtype_name(encoding_dtype(model))

@@ -62,7 +62,9 @@ class BeirData:
     name: str = ""
     n_unknown_qrels: int = 0
     _doc_index: dict | None = field(default=None, repr=False)
-    _fingerprint: str | None = field(default=None, repr=False)
+    #: ``(the corpus Dataset, its fingerprint)``: a corpus replaced later (``data.corpus = ...select(...)``)
+    #: is fingerprinted again
+    _fingerprint: tuple | None = field(default=None, repr=False)
 
     def doc_ids(self) -> list[str]:
         return list(self.corpus["_id"])
@@ -74,9 +76,9 @@ class BeirData:
     def corpus_fingerprint(self) -> str:
         """The hash of every id and text of the corpus (:class:`CorpusHash`, what an embeddings folder
         or a saved index records): read from the cache of a local folder, computed once otherwise."""
-        if self._fingerprint is None:
-            self._fingerprint = corpus_fingerprint(self.iter_docs())[1]
-        return self._fingerprint
+        if self._fingerprint is None or self._fingerprint[0] is not self.corpus:
+            self._fingerprint = (self.corpus, corpus_fingerprint(self.iter_docs(), keep_ids=False)[1])
+        return self._fingerprint[1]
 
     def rows_of(self, doc_ids: Sequence[str]) -> list[int | None]:
         """The corpus row of each id (``None`` for an id the corpus lacks), looked up in the Arrow
@@ -425,7 +427,7 @@ def _load_local(path: Path, split: str | None) -> BeirData:
             avail = sorted(p.stem for p in (path / "qrels").glob("*.tsv")) if (path / "qrels").is_dir() else []
             raise BeirFormatError(f"{qfile} not found; splits available: {avail or 'none'}")
         qrels = load_qrels(qfile)
-    data = BeirData(corpus, queries, qrels, split=split, name=str(path), _fingerprint=fingerprint)
+    data = BeirData(corpus, queries, qrels, split=split, name=str(path), _fingerprint=(corpus, fingerprint))
     data.n_unknown_qrels = _check_qrels(data, qfile if split is not None else path)
     return data
 

@@ -63,6 +63,10 @@ def check_stopwords(stopwords: str | list[str] | None) -> str | list[str] | None
     return stopwords
 
 
+#: BM25Index's parameters by default (a labelling cache key names the parameters only when they differ)
+DEFAULT_PARAMS = {"stemmer": "english", "stopwords": "en", "k1": 1.5, "b": 0.75, "method": "lucene"}
+
+
 class BM25Index:
     """Lexical index built with `bm25s <https://github.com/xhluca/bm25s>`_.
 

@@ -249,6 +249,19 @@ class SavedIndex(EncodedVectors):
                 raise SavedIndexError(f"{self.path} was built with {flag} {m.get(key) or 'none'}, this run asks for "
                                       f"{want or 'none'}: pass {flag} {m.get(key) or 'none'}, or build another index")
 
+    def bm25_index(self, data=None, *, stemmer=None, stopwords=None, check_bm25: bool = False, mmap: bool = True):
+        """The :class:`~hf_dr.retrieval.BM25Index` of a saved BM25 index (e.g. for the labelling
+        pipeline, which shares it with its reranker), checked against ``data``'s corpus."""
+        if self.backend != "bm25":
+            raise SavedIndexError(f"{self.path} is a {self.describe()}, not a BM25 index")
+        if data is not None:
+            self.check_corpus(data)
+        if check_bm25:
+            self.check_bm25(stemmer, stopwords)
+        from .bm25 import BM25Index
+
+        return BM25Index.load(self.path, self.doc_ids, mmap=mmap)
+
     def retriever(self, encoder=None, data=None, *, max_length: int | None = None, batch_size: int = 32,
                   bm25_stemmer: str | None = None, bm25_stopwords: str | list[str] | None = None,
                   check_bm25: bool = False, ef_search: int | None = None, nprobe: int | None = None,
@@ -266,11 +279,8 @@ class SavedIndex(EncodedVectors):
         if self.backend == "bm25":
             if encoder is not None:
                 raise SavedIndexError(f"{self.path} is a BM25 index: it takes no model")
-            if check_bm25:
-                self.check_bm25(bm25_stemmer, bm25_stopwords)
-            from .bm25 import BM25Index
-
-            r = BM25Retriever.from_index(BM25Index.load(self.path, self.doc_ids, mmap=mmap))
+            r = BM25Retriever.from_index(self.bm25_index(stemmer=bm25_stemmer, stopwords=bm25_stopwords,
+                                                         check_bm25=check_bm25, mmap=mmap))
         else:
             if encoder is None:
                 raise SavedIndexError(f"{self.path} is a {self.describe()}: searching it needs the model that "
