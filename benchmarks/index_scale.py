@@ -27,7 +27,7 @@ Every command runs in its own process (peak RSS: the kernel's rusage of that pro
   queries, top ``--k``.
 
     python benchmarks/index_scale.py                      # 1,000,000 documents (hours on 2 CPU cores: the encode)
-    python benchmarks/index_scale.py --docs 20000         # a small run of the same steps (minutes)
+    python benchmarks/index_scale.py --docs 20000 --max-length 64 --work runs/index-scale-20k   # a quick run
 
 Rows: benchmarks/results/index_scale.json.
 """
@@ -229,7 +229,8 @@ def measure_size(a, work: Path, n: int, n_max: int) -> dict:
     out: dict = {"n": n, "corpus": corpus, "emb": emb}
     if not (emb / "manifest.json").is_file():
         r = run_measured(cli("encode", "--data", str(corpus), "--model", str(MODEL), "--output", str(emb),
-                             "--batch-size", "64", "--no-progress", "--overwrite"))
+                             "--batch-size", "64", "--no-progress", "--overwrite",
+                             *(("--max-length", str(a.max_length)) if a.max_length else ())))
         out["encode"] = {"seconds": r["seconds"], "peak_rss_mb": r["peak_rss_mb"],
                          "docs_per_s": round(n / r["seconds"], 1)}
         print(f"[{n}] encode: {out['encode']}", flush=True)
@@ -259,6 +260,9 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=1_000_000, help="documents of the big corpus (default 1,000,000)")
     ap.add_argument("--small", type=int, default=None, help="documents of the small corpus (default --docs / 10)")
     ap.add_argument("--k", type=int, default=1000, help="BM25 throughput: documents per query (default 1000)")
+    ap.add_argument("--max-length", type=int, default=None,
+                    help="encoding max length (default: the model's own, 256; a smaller one makes SciFact's long "
+                         "abstracts cheaper to encode in a quick run)")
     ap.add_argument("--work", default="runs/index-scale", help="corpora, embeddings, indexes (kept: re-runs reuse "
                                                                "the corpora and embeddings)")
     ap.add_argument("--worker", choices=["first", "bm25"], help=argparse.SUPPRESS)
@@ -293,7 +297,8 @@ def main() -> None:
 
     for n, r in res.items():
         if "encode" in r:
-            row(f"hf-dr encode, {n:,} documents (all-MiniLM-L6-v2, max length 256, batch 64)", r["encode"], "recorded")
+            row(f"hf-dr encode, {n:,} documents (all-MiniLM-L6-v2, max length {a.max_length or 256}, batch 64)",
+                r["encode"], "recorded")
     # 1. memory
     for name, what in (("hnsw", "hf-dr evaluate --retriever dense --index (faiss HNSW)"),
                        ("bm25", "hf-dr evaluate --retriever bm25 --index (BM25)"), ("flat", "hf-dr evaluate "

@@ -288,6 +288,10 @@ def test_cli_refuses_what_does_not_match(tiny_bert_dir, tmp_path, capsys):
         (["index", "--data", str(SAMPLE), "--output", str(idx)], "is not empty"),
         (["index", "--embeddings", str(emb), "--backend", "faiss", "--output", str(tmp_path / "x"), "--path",
           str(tmp_path / "q")], "go with --backend qdrant"),
+        (["adapt", "--data", str(SAMPLE), "--model", str(tiny_bert_dir), "--method", "dodress", "--output",
+          str(tmp_path / "x"), "--index", str(idx)], "is not a BM25 index"),
+        (["adapt", "--data", str(SAMPLE), "--model", str(tiny_bert_dir), "--method", "dodress", "--output",
+          str(tmp_path / "x"), "--index", str(bm25), "--labels", str(tmp_path)], "with --labels nothing is labelled"),
     ]
     for argv, message in cases:
         assert main(argv) == 2, argv
