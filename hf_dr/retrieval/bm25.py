@@ -134,6 +134,10 @@ class BM25Index:
         self._setup(doc_ids, params["stemmer"], params["stopwords"], params["k1"], params["b"], params["method"])
         self.retriever = self._bm25s.BM25.load(str(folder / self.BM25S_DIR), mmap=mmap, load_corpus=False,
                                                show_progress=False)
+        # plain ndarray views of the memory-mapped arrays (no copy: still the file's pages), so that each
+        # slice a query takes is a plain ndarray slice, not a Python-level np.memmap.__getitem__ call
+        for key in ("data", "indices", "indptr"):
+            self.retriever.scores[key] = np.asarray(self.retriever.scores[key])
         n = self.retriever.scores["num_docs"]
         if n != len(self.doc_ids):
             raise ValueError(f"{folder} indexes {n} documents for {len(self.doc_ids)} ids")
@@ -149,7 +153,17 @@ class BM25Index:
 
     def search(self, queries: Mapping[str, str], top_k: int = 1000, show_progress_bar: bool = False,
                n_threads: int = 0) -> Run:
-        """BM25 top-``top_k`` for each query. A query with no indexed term gets an empty ranking."""
+        """BM25 top-``top_k`` for each query. A query with no indexed term gets an empty ranking.
+
+        bm25s' score matrix (a BM25 score per document and term, CSC ``[n_docs, |V|]``) read as
+        posting lists (CSR ``[|V|, n_docs]``: the same three arrays, memory-mapped for a saved index)
+        is searched by the one exact inverted-index search, :class:`~hf_dr.retrieval.SparseIndex`:
+        a group of queries (token counts) times the postings of their terms, a sparse product that
+        touches only the documents sharing a term with a query — never a score per document of the
+        corpus. A document's score adds its terms' scores in the query's token order, in float32,
+        as bm25s' own ``get_scores`` does: the scores are bm25s' to the bit; at the k-th score the
+        first documents in corpus order are kept (bm25s keeps an arbitrary few). BM25 variants with
+        a score for absent terms (bm25l, bm25+) go through bm25s' ``retrieve``."""
         qids = list(queries)
         if not qids:
             return {}
@@ -158,18 +172,40 @@ class BM25Index:
                                       stemmer=self._stemmer, show_progress=False, return_ids=False)
         vocab = self.retriever.vocab_dict
         tokens = [[t for t in toks if t in vocab] for toks in tokens]
-        has_terms = [bool(t) for t in tokens]
         run: Run = {q: {} for q in qids}
-        keep = [i for i, h in enumerate(has_terms) if h]
-        if keep:
-            docs, scores = self.retriever.retrieve([tokens[i] for i in keep], k=k, show_progress=show_progress_bar,
-                                                   n_threads=n_threads, return_as="tuple")
-            docs = np.asarray(docs)
-            scores = np.asarray(scores)
-            # bm25s pads with zero-score hits when fewer than k documents match: drop them
-            docs = np.where(scores > 0, docs, -1)
-            run.update(run_from_scores(scores, docs, [qids[i] for i in keep], self.doc_ids))
+        keep = [i for i, t in enumerate(tokens) if t]
+        if not keep:
+            return run
+        if getattr(self.retriever, "nonoccurrence_array", None) is None:
+            import scipy.sparse as sp
+
+            ids = [vocab[t] for i in keep for t in tokens[i]]  # in token order, repeats kept (as bm25s adds them)
+            indptr = np.concatenate([[0], np.cumsum([len(tokens[i]) for i in keep])])
+            Q = sp.csr_matrix((np.ones(len(ids), np.float32), np.asarray(ids, np.int64), indptr),
+                              shape=(len(keep), self._postings().vocab_size))
+            run.update(self._postings().search(Q, [qids[i] for i in keep], top_k=k, canonical=False))
+            return run
+        docs, scores = self.retriever.retrieve([tokens[i] for i in keep], k=k, show_progress=show_progress_bar,
+                                               n_threads=n_threads, return_as="tuple")
+        docs = np.asarray(docs)
+        scores = np.asarray(scores)
+        # bm25s pads with zero-score hits when fewer than k documents match: drop them
+        docs = np.where(scores > 0, docs, -1)
+        run.update(run_from_scores(scores, docs, [qids[i] for i in keep], self.doc_ids))
         return run
+
+    def _postings(self):
+        """bm25s' score matrix as a :class:`~hf_dr.retrieval.SparseIndex` (made once, no copy)."""
+        if getattr(self, "_sparse", None) is None:
+            import scipy.sparse as sp
+
+            from .sparse import SparseIndex
+
+            sc = self.retriever.scores
+            P = sp.csr_matrix((sc["data"], sc["indices"], sc["indptr"]),
+                              shape=(len(sc["indptr"]) - 1, int(sc["num_docs"])), copy=False)
+            self._sparse = SparseIndex.from_postings(P, self.doc_ids)
+        return self._sparse
 
     def score(self, query: str, doc_indices: Sequence[int] | None = None) -> np.ndarray:
         """BM25 scores of one query against all (or the given) documents."""

@@ -43,19 +43,22 @@ def run_from_scores(scores: np.ndarray, indices: np.ndarray, query_ids, doc_ids)
     """Turn ``[n_q, k]`` score / doc-index matrices into a Run (index -1 = no hit, skipped).
     ``doc_ids``: a list, or a sequence with ``take(rows) -> list`` (a saved index's memory-mapped
     ids: only the ids of the hits are read)."""
+    scores, indices = np.asarray(scores), np.asarray(indices)
+    hit = indices >= 0
+    rows = indices[hit]
     take = getattr(doc_ids, "take", None)
     if take is not None:
-        indices = np.asarray(indices)
-        hit = indices >= 0
-        names = iter(take(indices[hit]))
-        rows = [[next(names) for _ in range(int(h.sum()))] for h in hit]
-        return {str(qid): dict(zip(ids, (float(s) for s in srow[h])))
-                for qid, srow, h, ids in zip(query_ids, np.asarray(scores), hit, rows)}
-    if not isinstance(doc_ids, list):
-        doc_ids = list(doc_ids)
+        names = take(rows)
+    else:
+        if not isinstance(doc_ids, list):
+            doc_ids = list(doc_ids)
+        names = [doc_ids[i] for i in rows.tolist()]
+    values = scores[hit].tolist()  # Python floats, as float(s) of each score
     run: Run = {}
-    for qid, srow, irow in zip(query_ids, scores, indices):
-        run[str(qid)] = {doc_ids[i]: float(s) for s, i in zip(srow, irow) if i >= 0}
+    at = 0
+    for qid, n in zip(query_ids, hit.sum(axis=1).tolist()):
+        run[str(qid)] = dict(zip(names[at:at + n], values[at:at + n]))
+        at += n
     return run
 
 

@@ -6,7 +6,8 @@ An index folder holds::
       index.json       the manifest (written last): format, backend, parameters, number of
                        documents, corpus fingerprint; for faiss / inverted also what made the vectors
                        (the embeddings folder's model + fingerprint, prompts, max length, pooling...)
-      doc_ids.arrow    the documents' ids in index order (an Arrow file, memory-mapped: :class:`DocIds`)
+      doc_ids.utf8     the documents' ids in index order (UTF-8, one after the other) and where each
+      doc_ids.offsets.npy  starts: memory-mapped (:class:`DocIds`)
       faiss.index      --backend faiss: faiss' own writer (flat, HNSW or IVF-PQ), opened memory-mapped
       postings.*.npy   --backend inverted: the posting lists of a sparse embeddings folder, memory-mapped
       bm25s/           --backend bm25: bm25s' own save (opened with ``mmap=True``), bm25.json its tokenisation
@@ -38,7 +39,8 @@ __all__ = ["SavedIndex", "SavedIndexError", "DocIds", "save_dense_index", "save_
 INDEX_FORMAT = 1
 BACKENDS = ("faiss", "inverted", "bm25")
 MANIFEST = "index.json"
-IDS_FILE = "doc_ids.arrow"
+IDS_FILE = "doc_ids.utf8"
+OFFSETS_FILE = "doc_ids.offsets.npy"
 
 
 class SavedIndexError(EmbeddingsError):
@@ -47,54 +49,61 @@ class SavedIndexError(EmbeddingsError):
 
 # ----------------------------------------------------------------------------- ids
 class DocIds(Sequence):
-    """The documents' ids of a saved index, memory-mapped from an Arrow file: ``len``, ``ids[i]``,
-    iteration, and ``take(rows) -> list[str]`` (what a search uses: only the hits' ids are read),
-    so a million ids cost no Python object each."""
+    """The documents' ids of a saved index, memory-mapped: their UTF-8 bytes one after the other
+    (``doc_ids.utf8``) and where each starts (``doc_ids.offsets.npy``, int64 ``[n + 1]``). ``len``,
+    ``ids[i]``, iteration, and ``take(rows) -> list[str]`` (what a search uses: only the hits' ids
+    are read), so a million ids cost no Python object each — and no library beyond numpy."""
 
-    def __init__(self, path: str | os.PathLike):
-        import pyarrow as pa
+    def __init__(self, folder: str | os.PathLike):
+        import mmap
 
-        self.path = Path(path)
-        with pa.memory_map(str(self.path)) as source:
-            self._col = pa.ipc.open_file(source).read_all().column(0)
+        self.folder = Path(folder)
+        self._offsets = np.load(self.folder / OFFSETS_FILE, mmap_mode="r")
+        size = int(self._offsets[-1]) if len(self._offsets) else 0
+        with open(self.folder / IDS_FILE, "rb") as f:
+            self._blob = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        if len(self._blob) != size:
+            raise SavedIndexError(f"{self.folder / IDS_FILE}: {len(self._blob)} bytes, the offsets say {size}")
 
     @staticmethod
-    def write(path: str | os.PathLike, ids: Iterable[str], batch: int = 65_536) -> int:
-        """Write ``ids`` (any iterable, consumed once) as an Arrow file; returns how many."""
-        import itertools
-
-        import pyarrow as pa
-
-        schema = pa.schema([("_id", pa.string())])
-        n = 0
-        it = iter(ids)
-        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, schema) as w:
-            while True:
-                chunk = list(itertools.islice(it, batch))
-                if not chunk:
-                    break
-                w.write_batch(pa.record_batch([pa.array(chunk, pa.string())], schema=schema))
-                n += len(chunk)
-        return n
+    def write(folder: str | os.PathLike, ids: Iterable[str]) -> int:
+        """Write ``ids`` (any iterable, consumed once) into ``folder``; returns how many."""
+        folder = Path(folder)
+        offsets = [0]
+        with open(folder / IDS_FILE, "wb") as f:
+            for d in ids:
+                b = d.encode("utf-8", "surrogatepass")
+                f.write(b)
+                offsets.append(offsets[-1] + len(b))
+        np.save(folder / OFFSETS_FILE, np.asarray(offsets, dtype=np.int64))
+        return len(offsets) - 1
 
     def __len__(self) -> int:
-        return len(self._col)
+        return len(self._offsets) - 1
+
+    def _get(self, start: int, end: int) -> str:
+        return self._blob[start:end].decode("utf-8", "surrogatepass")
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            return self._col[i].to_pylist()
-        return self._col[i].as_py()
+            return self.take(np.arange(len(self))[i])
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"document {i} of {n}")
+        i %= n
+        return self._get(int(self._offsets[i]), int(self._offsets[i + 1]))
 
     def __iter__(self):
-        for chunk in self._col.chunks:
-            yield from chunk.to_pylist()
+        for s in range(0, len(self), 65_536):
+            yield from self.take(np.arange(s, min(len(self), s + 65_536)))
 
     def take(self, rows) -> list[str]:
-        return self._col.take(np.asarray(rows, dtype=np.int64)).to_pylist()
+        rows = np.asarray(rows, dtype=np.int64)
+        starts, ends = self._offsets[rows].tolist(), self._offsets[rows + 1].tolist()
+        blob = self._blob
+        return [blob[a:b].decode("utf-8", "surrogatepass") for a, b in zip(starts, ends)]
 
     def __eq__(self, other) -> bool:
-        if isinstance(other, DocIds):
-            return self._col.equals(other._col)
         return isinstance(other, Sequence) and len(other) == len(self) and list(self) == list(other)
 
     __hash__ = None
@@ -135,7 +144,7 @@ def save_dense_index(embeddings, folder: str | os.PathLike, *, index_type: str =
                        show_progress_bar=show_progress_bar)
     build = time.perf_counter() - t0
     index.save(folder)
-    DocIds.write(folder / IDS_FILE, emb.doc_ids)
+    DocIds.write(folder, emb.doc_ids)
     return _finish(folder, {"backend": "faiss", **index.params, **enc, "build_seconds": round(build, 2)})
 
 
@@ -153,7 +162,7 @@ def save_sparse_index(embeddings, folder: str | os.PathLike) -> dict:
     index = SparseIndex(emb.matrix(), emb.doc_ids)
     build = time.perf_counter() - t0
     index.save(folder)
-    DocIds.write(folder / IDS_FILE, emb.doc_ids)
+    DocIds.write(folder, emb.doc_ids)
     return _finish(folder, {"backend": "inverted", "nnz": int(index.postings.nnz), **enc,
                             "build_seconds": round(build, 2)})
 
@@ -168,8 +177,8 @@ def save_bm25_index(data, folder: str | os.PathLike, *, stemmer: str | None = "e
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    n = DocIds.write(folder / IDS_FILE, (d for d, _ in data.iter_docs()))
-    ids = DocIds(folder / IDS_FILE)
+    n = DocIds.write(folder, (d for d, _ in data.iter_docs()))
+    ids = DocIds(folder)
     t0 = time.perf_counter()
     index = BM25Index(ids, (t for _, t in data.iter_docs()), stemmer=stemmer, stopwords=stopwords, k1=k1, b=b,
                       method=method, show_progress_bar=show_progress_bar)
@@ -205,12 +214,13 @@ class SavedIndex(EncodedVectors):
             raise SavedIndexError(f"{mf}: not an index manifest of this hf-dr (format {INDEX_FORMAT}, backend one of "
                                   f"{', '.join(BACKENDS)})")
         self.manifest, self.backend = m, m["backend"]
-        if not (self.path / IDS_FILE).is_file():
-            raise SavedIndexError(f"{self.path / IDS_FILE} is missing: the index is damaged; build it again")
-        self.doc_ids = DocIds(self.path / IDS_FILE)
+        for name in (IDS_FILE, OFFSETS_FILE):
+            if not (self.path / name).is_file():
+                raise SavedIndexError(f"{self.path / name} is missing: the index is damaged; build it again")
+        self.doc_ids = DocIds(self.path)
         if len(self.doc_ids) != m.get("n_docs"):
             raise SavedIndexError(f"{mf}: {m.get('n_docs')} documents announced, {len(self.doc_ids)} ids in "
-                                  f"{IDS_FILE}")
+                                  f"{OFFSETS_FILE}")
 
     def __len__(self) -> int:
         return len(self.doc_ids)

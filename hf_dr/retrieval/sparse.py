@@ -45,6 +45,16 @@ class SparseIndex:
         self.posting_lengths = np.diff(self.postings.indptr)
         self.vocab_size = self.postings.shape[0]
 
+    @classmethod
+    def from_postings(cls, postings: sp.csr_matrix, doc_ids: Sequence[str]) -> SparseIndex:
+        """An index over ready posting lists (CSR ``[|V|, n_docs]``, used as they are: e.g. bm25s'
+        score matrix, :meth:`hf_dr.retrieval.BM25Index.search`)."""
+        if postings.shape[1] != len(doc_ids):
+            raise ValueError(f"postings of {postings.shape[1]} documents for {len(doc_ids)} ids")
+        self = cls.__new__(cls)
+        self._set(postings, doc_ids)
+        return self
+
     #: the files of a saved index
     FILES = ("postings.data.npy", "postings.indices.npy", "postings.indptr.npy", "postings.json")
 
@@ -78,8 +88,10 @@ class SparseIndex:
         return self.postings[:, np.asarray(rows)].T.tocsr()
 
     def search(self, query_vectors: sp.spmatrix, query_ids: Sequence[str], top_k: int = 1000,
-               max_entries: int = 32_000_000) -> Run:
-        Q = sp.csr_matrix(query_vectors, dtype=np.float32)
+               max_entries: int = 32_000_000, canonical: bool = True) -> Run:
+        """``canonical=False``: the query rows are used as given (repeated terms kept, in their order:
+        a document's score then adds its terms' weights in that order)."""
+        Q = sp.csr_matrix(query_vectors, dtype=np.float32) if canonical else query_vectors
         if Q.shape[1] != self.vocab_size:
             raise ValueError(f"query vectors have {Q.shape[1]} dimensions, the index {self.vocab_size}")
         if Q.shape[0] != len(query_ids):
