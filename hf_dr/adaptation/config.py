@@ -51,6 +51,7 @@ class AdaptConfig:
     rem: str | None = None
     margin_scale: float | str | None = None  # Margin-MSE: None = default_scale, "auto" = calibrated, or a factor
     labels: str | None = None
+    bm25_index: str | None = None  # a saved BM25 index of the corpus (hf-dr index --backend bm25): the label stage's
     seed: int = 0
     overwrite: bool = False
     work_dir: str | None = None

@@ -99,6 +99,13 @@ def check_config(cfg: AdaptConfig) -> None:
         raise AdaptError("--mlm-steps must be at least 0 (0: no continual MLM)")
     if cfg.eval_steps is not None and cfg.eval_steps < 1:
         raise AdaptError("--eval-steps must be at least 1")
+    if cfg.labels and cfg.bm25_index:
+        raise AdaptError("--index is the BM25 index of the label stage: with --labels nothing is labelled")
+    if cfg.bm25_index:
+        from ..retrieval.saved import SavedIndex
+
+        if SavedIndex(cfg.bm25_index).backend != "bm25":  # not an index folder: SavedIndexError, a ValueError
+            raise AdaptError(f"--index {cfg.bm25_index} is not a BM25 index (hf-dr index --data DIR --backend bm25)")
     if cfg.labels is None:
         try:
             PseudoLabelConfig(split=cfg.split, bm25_top=cfg.bm25_top, k=cfg.k, m=cfg.m, negatives=cfg.negatives,
@@ -116,7 +123,8 @@ def check_config(cfg: AdaptConfig) -> None:
     if work.resolve() == out.resolve() or out.resolve() in work.resolve().parents:
         raise AdaptError(f"--work-dir {work} lies inside the output folder {out}, which is replaced as a whole")
     check_output_folder(out, overwrite=cfg.overwrite,
-                        inputs=local_inputs(cfg.data, cfg.model, cfg.labels, cfg.dense_teacher, cfg.rem, work))
+                        inputs=local_inputs(cfg.data, cfg.model, cfg.labels, cfg.dense_teacher, cfg.rem, cfg.bm25_index,
+                                            work))
 
 
 def _models_as_folders(cfg: AdaptConfig) -> AdaptConfig:

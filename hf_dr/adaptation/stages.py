@@ -103,8 +103,13 @@ def label(run: Run) -> Labels:
         pl_cfg = PseudoLabelConfig(split=cfg.split, bm25_top=cfg.bm25_top, k=cfg.k, m=cfg.m, negatives=cfg.negatives,
                                    dev_queries=cfg.dev_queries, max_queries=cfg.max_queries, seed=cfg.seed,
                                    dense_max_length=max_length if dense is not None else None)
+        bm25 = None
+        if cfg.bm25_index:
+            from ..retrieval.saved import SavedIndex
+
+            bm25 = SavedIndex(cfg.bm25_index).bm25_index(run.data)
         labels = build_pseudo_labels(run.data, run.work / "labels", pl_cfg, reranker=cfg.teacher, dense_encoder=dense,
-                                     dense_name=dense_name, queries=run.queries, cache_dir=run.work / "cache",
+                                     dense_name=dense_name, bm25=bm25, queries=run.queries, cache_dir=run.work / "cache",
                                      command=cfg.command, show_progress_bar=cfg.show_progress_bar, overwrite=True,
                                      inputs=[cfg.data, cfg.model, cfg.dense_teacher])
         train, dev, stats = labels.train, labels.dev, labels.stats
@@ -357,6 +362,7 @@ def _metrics(run: Run, labels: Labels, trained: Trained, chosen: Selection, ev: 
         "training_queries_have_qrels": run.has_train_qrels, "teacher": labels.teacher,
         "dense_teacher": _public(cfg.dense_teacher) if cfg.dense_teacher else stats.get("dense_model"),
         "labels": _public(cfg.labels) if cfg.labels else None,
+        **({"bm25_index": _public(cfg.bm25_index)} if cfg.bm25_index else {}),
         "labelled_evaluation": ev.labelled,
         "before": ev.before["aggregate"] if ev.before else None, "after": ev.after["aggregate"] if ev.after else None,
         "test_queries": ev.after["n_queries"] if ev.after else None,
@@ -408,7 +414,7 @@ def _write_output(run: Run, out: Path, selected_dir: Path, metrics: dict, after)
         atomic_write_json(p, {"metrics": after["aggregate"], "n_queries": after["n_queries"], "data": str(cfg.data),
                               "split": "test", "retriever": f"adapted ({cfg.method})"}, indent=1)
         eval_files.append(p)
-    inputs = local_inputs(cfg.data, cfg.model, cfg.labels, cfg.dense_teacher, cfg.rem, work)
+    inputs = local_inputs(cfg.data, cfg.model, cfg.labels, cfg.dense_teacher, cfg.rem, cfg.bm25_index, work)
     with output_folder(out, overwrite=cfg.overwrite, inputs=inputs) as tmp:
         prepare_model_folder(selected_dir, tmp / "model", metrics=eval_files, base_model=_hub_id(cfg.model))
         atomic_write_json(tmp / "metrics.json", metrics, indent=1)

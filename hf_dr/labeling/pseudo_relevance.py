@@ -249,7 +249,8 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
             ``"cross-encoder:<id>"`` (built only when a stage that needs it is not cached).
         dense_encoder: the current dense retriever (any encoder of the suite, or a ``SentenceTransformer``): needed by the
             fusion reranker and SimANS. ``dense_name`` names it in cache keys and on the card.
-        bm25: a :class:`~hf_dr.retrieval.BM25Index` of ``data``'s corpus (built when needed).
+        bm25: a :class:`~hf_dr.retrieval.BM25Index` of ``data``'s corpus (built when needed), e.g. a
+            saved one (``hf-dr label --index IDX``: :meth:`hf_dr.retrieval.SavedIndex.bm25_index`).
         queries: ``{qid: text}`` to label instead of ``data``'s split queries (e.g. rewritten
             conversational queries, see :mod:`.rewriting`).
         cache_dir: where stages are cached (default :func:`default_cache_dir`: ``.NAME.cache`` beside
@@ -308,11 +309,20 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
 
     # every key holds the content its stage depends on, not a path or a name: the corpus texts, the
     # query texts, the dense model's weights + configuration, the reranker's identity, the parameters
-    _, corpus_fp = corpus_fingerprint(zip(doc_ids, texts))
+    corpus_fp = data.corpus_fingerprint() if hasattr(data, "corpus_fingerprint") else \
+        corpus_fingerprint(zip(doc_ids, texts))[1]
     dense_fp = model_fingerprint(dense_encoder) if dense_encoder is not None else None
     corpus_key = {"corpus": corpus_fp}
     query_key = {"queries": digest([(q, queries[q]) for q in qids])}
     bm25_key = {**corpus_key, **query_key, "bm25_top": config.bm25_top}
+    if bm25 is not None:  # a given index (e.g. a saved one): its corpus, and its parameters when not the defaults
+        from ..retrieval.bm25 import DEFAULT_PARAMS
+
+        if len(bm25) != len(doc_ids):
+            raise ValueError(f"the BM25 index holds {len(bm25)} documents, the corpus {len(doc_ids)}: it indexes "
+                             "another corpus")
+        if getattr(bm25, "params", DEFAULT_PARAMS) != DEFAULT_PARAMS:
+            bm25_key["bm25"] = bm25.params
     state = {"bm25": bm25}
 
     def get_bm25():
