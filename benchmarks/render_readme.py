@@ -20,7 +20,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-PAGES = [ROOT / "README.md", ROOT / "docs" / "results.md", ROOT / "docs" / "adapt.md", ROOT / "docs" / "precision.md"]
+PAGES = [ROOT / "README.md", ROOT / "docs" / "results.md", ROOT / "docs" / "adapt.md", ROOT / "docs" / "precision.md",
+         ROOT / "docs" / "publishing.md"]
 #: the README's summary: (label, table, system) -> nDCG@10 per dataset, in this order
 HEADLINE = [
     ("BM25 (bm25s, Snowball stemming)", "baselines", "BM25 (bm25s, stopwords, Snowball stemming)"),

@@ -38,7 +38,6 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from .encoding import DEFAULT_CHUNK_SIZE, concat_blocks
 
 logger = logging.getLogger(__name__)
 
@@ -90,13 +89,11 @@ def model_fingerprint(model) -> str:
 
 
 def corpus_fingerprint(pairs) -> tuple[list[str], str]:
-    """``(doc_ids, hash)`` of an iterable of ``(doc_id, text)``: the hash covers every id and text."""
-    h = hashlib.sha256()
-    ids = []
-    for d, t in pairs:
-        ids.append(d)
-        h.update(d.encode("utf-8", "surrogatepass") + b"\0" + t.encode("utf-8", "surrogatepass") + b"\0")
-    return ids, h.hexdigest()[:32]
+    """``(doc_ids, hash)`` of an iterable of ``(doc_id, text)``: the hash covers every id and text
+    (:class:`hf_dr.data.beir.CorpusHash`, the one definition)."""
+    from .data.beir import corpus_fingerprint as fingerprint
+
+    return fingerprint(pairs)
 
 
 # ----------------------------------------------------------------------------- atomic files
@@ -149,7 +146,7 @@ def _corpus_pairs(corpus):
 
 
 def encode_to_folder(model, corpus, output: str | os.PathLike, *, model_name: str | None = None,
-                     batch_size: int = 32, max_length: int | None = None, shard_size: int = DEFAULT_CHUNK_SIZE,
+                     batch_size: int = 32, max_length: int | None = None, shard_size: int | None = None,
                      device=None, dtype=None, show_progress_bar: bool = True,
                      rank: int | None = None, world_size: int | None = None,
                      restart: bool = False) -> Embeddings | None:
@@ -162,7 +159,12 @@ def encode_to_folder(model, corpus, output: str | os.PathLike, *, model_name: st
     it into place once complete (:func:`hf_dr.io.partial_folder`). Returns the :class:`Embeddings` when the folder is complete
     (always with one process; on rank 0 with several), else ``None``.
     """
+    from .encoding import DEFAULT_CHUNK_SIZE  # (encoding imports torch: reading a folder does not)
+    from .st_encoder import as_encoder
+
+    model = as_encoder(model)  # a SentenceTransformer / SparseEncoder object too
     out = Path(output)
+    shard_size = DEFAULT_CHUNK_SIZE if shard_size is None else shard_size
     if rank is None or world_size is None:
         rank, world_size, state = _dist()
     else:
@@ -265,8 +267,99 @@ def encode_to_folder(model, corpus, output: str | os.PathLike, *, model_name: st
     return Embeddings(out)
 
 
+# ----------------------------------------------------------------------------- checking
+#: the fields of an embeddings manifest that say what made the vectors (copied into a saved index)
+ENCODING_FIELDS = ("model", "model_class", "model_fingerprint", "corpus_fingerprint", "n_docs", "max_length", "sparse",
+                   "prefix", "query_prompt", "document_prompt", "pooling", "normalize", "dtype", "dim")
+
+
+class EncodedVectors:
+    """Something made of a corpus's vectors by one model — an embeddings folder (:class:`Embeddings`)
+    or an index saved from one (:class:`hf_dr.retrieval.saved.SavedIndex`): ``path``, ``manifest``
+    (:data:`ENCODING_FIELDS`), ``doc_ids`` (a sequence, possibly memory-mapped), and the one check
+    that a model, max length, prompts and corpus are those that made it (:meth:`check`)."""
+
+    path: Path
+    manifest: dict
+    doc_ids: Sequence[str]
+    #: how a refusal names what this is ("was encoded by another model")
+    _made = "was encoded"
+    _of_corpus = "these are embeddings of another corpus"
+
+    @property
+    def prompts(self) -> tuple[str, str]:
+        """``(query prompt, document prompt)`` the folder was encoded with (``""``: none, as in folders
+        written before prompts were recorded)."""
+        m = self.manifest
+        return m.get("query_prompt", ""), m.get("document_prompt", m.get("prefix") or "")
+
+    def check_prompts(self, model) -> None:
+        """Refuse (:class:`EmbeddingsError`) a ``model`` that prepends other prompts than these embeddings'."""
+        q, d = self.prompts
+        want_q = model.encoding_settings(is_query=True)["prefix"]
+        want_d = model.encoding_settings(is_query=False)["prefix"]
+        for what, flag, have, want in (("document", "--document-prompt", d, want_d),
+                                       ("query", "--query-prompt", q, want_q)):
+            if have != want:
+                raise EmbeddingsError(
+                    f"{self.path} {self._made} with the {what} prompt {have!r}, this run uses {want!r}: the vectors "
+                    f"would not match; pass {flag} {have!r} (as the folder), or encode the corpus again")
+
+    def _same_model_other_prompts(self, model) -> bool:
+        """Whether ``model`` with this folder's prompts would have made it (the prompts are all that differ)."""
+        q, d = self.prompts
+        old = getattr(model, "query_prefix", None), getattr(model, "doc_prefix", None)
+        if (old[0] or "", old[1] or "") == (q, d):
+            return False
+        try:
+            model.query_prefix, model.doc_prefix = q, d
+            return model_fingerprint(model) == self.manifest["model_fingerprint"]
+        finally:
+            model.query_prefix, model.doc_prefix = old
+
+    def check(self, model=None, doc_ids: Sequence[str] | None = None, max_length: int | None = None,
+              corpus_fingerprint: str | None = None) -> None:
+        """Refuse (:class:`EmbeddingsError`) when ``model`` is not the one that made these embeddings
+        (weights or configuration differ), ``max_length`` (when given) is not the one they were
+        encoded with, ``doc_ids`` are not its documents, or ``corpus_fingerprint`` (of
+        :func:`hf_dr.embeddings.corpus_fingerprint`: ids and texts) is not its corpus's."""
+        from .st_encoder import as_encoder
+
+        m = self.manifest
+        model = as_encoder(model)  # a SentenceTransformer / SparseEncoder object too
+        if model is not None:
+            fp = model_fingerprint(model)
+            if fp != m["model_fingerprint"]:
+                if self._same_model_other_prompts(model):
+                    self.check_prompts(model)
+                raise EmbeddingsError(
+                    f"{self.path} {self._made} by another model ({m.get('model')!r}, {m.get('model_class')}, "
+                    f"fingerprint {m['model_fingerprint']}), not by this {type(model).__name__} (fingerprint {fp}): "
+                    "its vectors would not match the query vectors; encode the corpus with this model")
+        if model is not None and max_length is not None:  # not given: the folder's own max length
+            want = model.encoding_settings(is_query=False, max_length=max_length)["max_length"]
+            if want != m["max_length"]:
+                raise EmbeddingsError(f"{self.path} {self._made} with max length {m['max_length']}, "
+                                      f"this run asks for {want}")
+        if doc_ids is not None:
+            if len(doc_ids) != len(self.doc_ids):
+                raise EmbeddingsError(f"{self.path} holds {len(self.doc_ids)} documents, the corpus has {len(doc_ids)}: "
+                                      f"{self._of_corpus}")
+            if not isinstance(doc_ids, list):
+                doc_ids = list(doc_ids)
+            mine = self.doc_ids if isinstance(self.doc_ids, list) else list(self.doc_ids)
+            if doc_ids != mine:
+                bad = next(i for i, (a, b) in enumerate(zip(doc_ids, mine)) if a != b)
+                raise EmbeddingsError(f"{self.path}: document {bad} is {mine[bad]!r}, the corpus has "
+                                      f"{doc_ids[bad]!r}: {self._of_corpus} (or another order)")
+        if corpus_fingerprint is not None and m.get("corpus_fingerprint") not in (None, corpus_fingerprint):
+            raise EmbeddingsError(f"{self.path}: the same document ids, other texts (corpus fingerprint "
+                                  f"{m.get('corpus_fingerprint')} here, {corpus_fingerprint} now): "
+                                  f"{self._of_corpus}; encode it again")
+
+
 # ----------------------------------------------------------------------------- reading
-class Embeddings:
+class Embeddings(EncodedVectors):
     """A complete embeddings folder: ``doc_ids``, ``manifest``, the vectors shard by shard
     (:meth:`iter_shards`) or whole (:meth:`matrix`: dense float32 / CSR)."""
 
@@ -336,70 +429,7 @@ class Embeddings:
 
     def matrix(self) -> np.ndarray | sp.csr_matrix:
         """All vectors: float32 ``[n, dim]`` (memory-mapped when there is one shard) or CSR ``[n, |V|]``."""
-        return concat_blocks([b for _, b in self.iter_shards()])
-
-    @property
-    def prompts(self) -> tuple[str, str]:
-        """``(query prompt, document prompt)`` the folder was encoded with (``""``: none, as in folders
-        written before prompts were recorded)."""
-        m = self.manifest
-        return m.get("query_prompt", ""), m.get("document_prompt", m.get("prefix") or "")
-
-    def check_prompts(self, model) -> None:
-        """Refuse (:class:`EmbeddingsError`) a ``model`` that prepends other prompts than these embeddings'."""
-        q, d = self.prompts
-        want_q = model.encoding_settings(is_query=True)["prefix"]
-        want_d = model.encoding_settings(is_query=False)["prefix"]
-        for what, flag, have, want in (("document", "--document-prompt", d, want_d),
-                                       ("query", "--query-prompt", q, want_q)):
-            if have != want:
-                raise EmbeddingsError(
-                    f"{self.path} was encoded with the {what} prompt {have!r}, this run uses {want!r}: the vectors "
-                    f"would not match; pass {flag} {have!r} (as the folder), or encode the corpus again")
-
-    def _same_model_other_prompts(self, model) -> bool:
-        """Whether ``model`` with this folder's prompts would have made it (the prompts are all that differ)."""
-        q, d = self.prompts
-        old = getattr(model, "query_prefix", None), getattr(model, "doc_prefix", None)
-        if (old[0] or "", old[1] or "") == (q, d):
-            return False
-        try:
-            model.query_prefix, model.doc_prefix = q, d
-            return model_fingerprint(model) == self.manifest["model_fingerprint"]
-        finally:
-            model.query_prefix, model.doc_prefix = old
-
-    def check(self, model=None, doc_ids: Sequence[str] | None = None, max_length: int | None = None,
-              corpus_fingerprint: str | None = None) -> None:
-        """Refuse (:class:`EmbeddingsError`) when ``model`` is not the one that made these embeddings
-        (weights or configuration differ), ``max_length`` (when given) is not the one they were
-        encoded with, ``doc_ids`` are not its documents, or ``corpus_fingerprint`` (of
-        :func:`hf_dr.embeddings.corpus_fingerprint`: ids and texts) is not its corpus's."""
-        m = self.manifest
-        if model is not None:
-            fp = model_fingerprint(model)
-            if fp != m["model_fingerprint"]:
-                if self._same_model_other_prompts(model):
-                    self.check_prompts(model)
-                raise EmbeddingsError(
-                    f"{self.path} was encoded by another model ({m.get('model')!r}, {m.get('model_class')}, "
-                    f"fingerprint {m['model_fingerprint']}), not by this {type(model).__name__} (fingerprint {fp}): "
-                    "its vectors would not match the query vectors; encode the corpus with this model")
-        if model is not None and max_length is not None:  # not given: the folder's own max length
-            want = model.encoding_settings(is_query=False, max_length=max_length)["max_length"]
-            if want != m["max_length"]:
-                raise EmbeddingsError(f"{self.path} was encoded with max length {m['max_length']}, "
-                                      f"this run asks for {want}")
-        if doc_ids is not None:
-            doc_ids = list(doc_ids)
-            if len(doc_ids) != len(self.doc_ids):
-                raise EmbeddingsError(f"{self.path} holds {len(self.doc_ids)} documents, the corpus has {len(doc_ids)}: "
-                                      "these are embeddings of another corpus")
-            if doc_ids != self.doc_ids:
-                bad = next(i for i, (a, b) in enumerate(zip(doc_ids, self.doc_ids)) if a != b)
-                raise EmbeddingsError(f"{self.path}: document {bad} is {self.doc_ids[bad]!r}, the corpus has "
-                                      f"{doc_ids[bad]!r}: these are embeddings of another corpus (or another order)")
-        if corpus_fingerprint is not None and m.get("corpus_fingerprint") not in (None, corpus_fingerprint):
-            raise EmbeddingsError(f"{self.path}: the same document ids, other texts (corpus fingerprint "
-                                  f"{m.get('corpus_fingerprint')} here, {corpus_fingerprint} now): these are "
-                                  "embeddings of another corpus; encode it again")
+        blocks = [b for _, b in self.iter_shards()]
+        if len(blocks) == 1:
+            return blocks[0]
+        return sp.vstack(blocks, format="csr") if self.is_sparse else np.concatenate(blocks)

@@ -5,7 +5,9 @@
 that ``trust_remote_code`` imports, the tokenizer, and a ``README.md`` card rendered from
 ``model_cards/<template>.md`` through :class:`huggingface_hub.ModelCard` (YAML card data:
 base model, datasets, licence, ``library_name``, tags, the method paper, ``model-index``
-results from ``hf-dr evaluate`` JSON files). :func:`push_model` uploads that folder with one
+results from ``hf-dr evaluate`` JSON files). A dense, BERM or SPLADE model's folder is also a
+Sentence Transformers folder (:mod:`hf_dr.models.st_folder`), and its card has a Sentence
+Transformers snippet (:func:`st_usage_snippet`). :func:`push_model` uploads that folder with one
 :meth:`huggingface_hub.HfApi.upload_folder` call; with ``local_dir`` it only writes it.
 
 :func:`prepare_dataset_folder` / :func:`push_dataset` do the same for a ``datasets.Dataset``,
@@ -259,13 +261,18 @@ def _hub_id(s: str | None) -> str | None:
     return s
 
 
-def usage_snippet(kind: ModelKind, repo_id: str, *, max_query_length: int = 64, max_doc_length: int = 256) -> str:
+def usage_snippet(kind: ModelKind, repo_id: str, *, max_query_length: int = 64, max_doc_length: int = 256,
+                  prompts: Mapping[str, str] | None = None) -> str:
     """Python that loads the published repo with plain transformers and scores a query against two
-    documents (tested: ``tests/test_hub.py`` runs it in a process where hf-dr is not installed)."""
+    documents (tested: ``tests/test_hub.py`` runs it in a process where hf-dr is not installed);
+    the model's ``prompts`` (``query`` / ``document``), when it has any, are prepended as hf-dr does."""
     cls = kind.hooks_class()
     if hasattr(cls, "usage_snippet"):  # a repo not loaded through trust_remote_code (dense, DAM)
         return cls.usage_snippet(repo_id, max_query_length=max_query_length, max_doc_length=max_doc_length)
     sparse = getattr(cls, "output_is_sparse", False)
+    prompts = {k: v for k, v in (prompts or {}).items() if k in ("query", "document") and v}
+    prompt_line = ("" if not prompts else f"\n    prompt = {prompts!r}.get('query' if is_query else 'document', '')"
+                   "  # the model's prompts, as hf-dr prepends them\n    texts = [prompt + t for t in texts]")
     score = "q @ d.T" + ("   # sparse [n, |V|] term weights: dot product of the matching terms" if sparse
                          else "   # inner product of the embeddings")
     return f'''import torch
@@ -275,7 +282,7 @@ model = AutoModel.from_pretrained("{repo_id}", trust_remote_code=True).eval()
 tokenizer = AutoTokenizer.from_pretrained("{repo_id}")
 
 
-def encode(texts, is_query):
+def encode(texts, is_query):{prompt_line}
     batch = tokenizer(texts, padding=True, truncation=True, return_tensors="pt",
                       max_length={max_query_length} if is_query else {max_doc_length})
     with torch.no_grad():
@@ -288,6 +295,34 @@ d = encode(["Fever is caused by infection.", "The cat sat on the mat."], is_quer
 scores = {score}
 print(scores)
 '''
+
+
+def st_usage_snippet(repo_id: str, st_class: str = "SentenceTransformer", remote_modules: Sequence[str] = (),
+                     similarity: str | None = None) -> str:
+    """Python that loads the published repo with Sentence Transformers (``SentenceTransformer`` or
+    ``SparseEncoder``; ``trust_remote_code=True`` when the repo has ``remote_modules``, module classes of
+    its own) and scores a query against two documents with the model's own prompts and similarity
+    (tested: ``tests/test_st_out.py`` runs it and compares the scores with hf-dr's)."""
+    trust = ", trust_remote_code=True" if remote_modules else ""
+    why = f"  # runs this repository's {', '.join(remote_modules)}" if remote_modules else ""
+    return (f'from sentence_transformers import {st_class}\n\n'
+            f'model = {st_class}("{repo_id}"{trust}){why}\n'
+            f'queries = ["what causes fever?"]\n'
+            f'documents = ["Fever is caused by infection.", "The cat sat on the mat."]\n'
+            f'q = model.encode_query(queries)  # with the query prompt, if any\n'
+            f'd = model.encode_document(documents)\n'
+            f'scores = model.similarity(q, d){"  # " + _SIMILARITY_NAMES.get(similarity, similarity) if similarity else ""}\n'
+            f'print(scores)\n')
+
+
+_SIMILARITY_NAMES = {"dot": "dot product", "cosine": "cosine similarity"}
+
+#: why Sentence Transformers cannot load a kind at all (the card says so instead of a snippet)
+ST_UNSUPPORTED = {
+    "ddr_rem": "a DDR REM is LoRA and / or parallel adapters inside the layers of a DAM's backbone, which no "
+               "Sentence Transformers module (nor a transformers architecture) expresses; load it with "
+               "`AutoModel.from_pretrained(..., trust_remote_code=True)` or hf-dr",
+}
 
 
 # ---------------------------------------------------------------------------- saving
@@ -417,10 +452,19 @@ def _render_model_card(kind: ModelKind, model, template: Path, out: Path, *, rep
         results=metrics_table(rows) or "No evaluation was attached when this repo was published "
         "(`hf-dr push --metrics metrics.json`).",
         usage=usage_snippet(kind, repo_id, max_query_length=int(cfg.get("max_query_length") or 64),
-                            max_doc_length=int(cfg.get("max_doc_length") or 256)),
+                            max_doc_length=int(cfg.get("max_doc_length") or 256),
+                            prompts=getattr(getattr(model, "config", None), "prompts", None)),
         model_class=kind.class_name, similarity=_similarity_words(cfg), **kind_vars, **extra)
+    from .models.st_folder import sentence_transformers_class
+
+    st = sentence_transformers_class(out)
+    variables.update(st_class=st[0] if st else "", st_remote_code=bool(st and st[1]),
+                     st_usage=st_usage_snippet(repo_id, *st) if st else "",
+                     st_unsupported=extra.get("st_unsupported") or ("" if st else ST_UNSUPPORTED.get(kind.name, "")))
+    if st and "sentence-transformers" not in data["tags"]:
+        data["tags"].append("sentence-transformers")
     card = render_card(template, data, **variables)
-    if "usage" not in template.read_text():
+    if not re.search(r"{{\s*usage\s*}}", template.read_text()):
         # a template without the snippet (e.g. written for the training script): the published card
         # still says how to load the repo without hf-dr, with a snippet that runs
         card.text = card.text.rstrip() + ("\n\n## Usage without hf-dr\n\nThe model code is in this repository "

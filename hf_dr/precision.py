@@ -16,8 +16,13 @@ scaler). accelerate autocasts bf16 on CPU (with ``use_cpu=True``) but ignores fp
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported where a torch dtype is made, not here: parsing --dtype (every command's
+# arguments) does not import it
 
 __all__ = ["DTYPES", "canonical_dtype", "resolve_dtype", "dtype_name", "encoding_dtype", "autocast",
            "training_precision", "with_training_precision"]
@@ -26,8 +31,18 @@ __all__ = ["DTYPES", "canonical_dtype", "resolve_dtype", "dtype_name", "encoding
 DTYPES = ("auto", "fp32", "bf16", "fp16")
 _ALIASES = {"auto": "auto", "fp32": "fp32", "float32": "fp32", "float": "fp32", "bf16": "bf16", "bfloat16": "bf16",
             "fp16": "fp16", "float16": "fp16", "half": "fp16"}
-_TORCH = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-_BY_TORCH = {v: k for k, v in _TORCH.items()}
+
+
+def _torch_dtypes() -> dict:
+    """``{"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}``."""
+    import torch
+
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _names() -> dict:
+    """The inverse of :func:`_torch_dtypes`."""
+    return {v: k for k, v in _torch_dtypes().items()}
 
 
 def canonical_dtype(dtype: str | torch.dtype | None) -> str:
@@ -35,10 +50,11 @@ def canonical_dtype(dtype: str | torch.dtype | None) -> str:
     ``float32``, ``bfloat16``, ``float16`` and torch dtypes too); ``ValueError`` otherwise."""
     if dtype is None:
         return "auto"
-    if isinstance(dtype, torch.dtype):
-        if dtype not in _BY_TORCH:
+    if not isinstance(dtype, str) and type(dtype).__module__ == "torch":  # a torch.dtype
+        names = _names()
+        if dtype not in names:
             raise ValueError(f"unsupported dtype {dtype}: one of {', '.join(DTYPES)}")
-        return _BY_TORCH[dtype]
+        return names[dtype]
     name = str(dtype).strip().lower().removeprefix("torch.")
     if name not in _ALIASES:
         raise ValueError(f"unknown dtype {dtype!r}: one of {', '.join(DTYPES)}")
@@ -46,6 +62,8 @@ def canonical_dtype(dtype: str | torch.dtype | None) -> str:
 
 
 def _device(device) -> torch.device:
+    import torch
+
     from .encoding import resolve_device
 
     return device if isinstance(device, torch.device) else resolve_device(device)
@@ -55,9 +73,11 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: str | torch.device | 
     """The compute dtype of ``dtype`` on ``device`` (``None`` / ``"auto"``: the device this process
     would use): ``auto`` is bf16 on a CUDA GPU that supports it, fp16 on another CUDA GPU, float32
     elsewhere; an explicit ``bf16`` / ``fp16`` is that dtype on every device."""
+    import torch
+
     name = canonical_dtype(dtype)
     if name != "auto":
-        return _TORCH[name]
+        return _torch_dtypes()[name]
     dev = _device(device)
     if dev.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
@@ -66,7 +86,7 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: str | torch.device | 
 
 def dtype_name(dtype: str | torch.dtype | None, device: str | torch.device | None = None) -> str:
     """``fp32`` / ``bf16`` / ``fp16``: what ``dtype`` resolves to on ``device`` (recorded in metrics)."""
-    return _BY_TORCH[resolve_dtype(dtype, device)]
+    return _names()[resolve_dtype(dtype, device)]
 
 
 def encoding_dtype(model, dtype: str | torch.dtype | None = None, device=None) -> torch.dtype:
@@ -84,6 +104,8 @@ def encoding_dtype(model, dtype: str | torch.dtype | None = None, device=None) -
 
 def autocast(device: str | torch.device | None, dtype: str | torch.dtype | None):
     """The autocast context of ``dtype`` on ``device`` (a no-op for float32)."""
+    import torch
+
     dev = _device(device)
     target = resolve_dtype(dtype, dev)
     if target == torch.float32:
@@ -97,6 +119,8 @@ def training_precision(dtype: str | torch.dtype | None, device: str | torch.devi
     ``{"bf16": True, "use_cpu": True}`` on CPU (transformers refuses bf16 on a machine without a bf16
     GPU unless ``use_cpu``; accelerate then autocasts on CPU). fp16 on CPU: ``ValueError``
     (accelerate would silently train in fp32 — no CPU autocast, no gradient scaler)."""
+    import torch
+
     dev = _device(device)
     target = resolve_dtype(dtype, dev)
     if target == torch.float32:

@@ -16,6 +16,16 @@ MINILM = MODELS / "all-MiniLM-L6-v2"
 SPLADE_TINY = MODELS / "splade-tiny"
 SAMPLE = REPO / "hf_dr" / "data" / "sample" / "scifact-mini"
 
+# the Arrow cache of BEIR files (hf_dr.data.beir.cache_root) of a test session: a temporary folder,
+# never the user's datasets cache (the property tests read hundreds of generated corpora)
+if "HF_DR_DATA_CACHE" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["HF_DR_DATA_CACHE"] = tempfile.mkdtemp(prefix="hf-dr-test-data-cache-")
+    atexit.register(shutil.rmtree, os.environ["HF_DR_DATA_CACHE"], True)
+
 
 def need(path: Path) -> Path:
     """Skip (with the reason) when the shared real data / weights are not beside the repo."""

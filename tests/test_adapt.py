@@ -109,16 +109,17 @@ def test_adapt_end_to_end(first_run, tmp_path, capsys):
 
 def _adapt_after_training(monkeypatch, capsys, hook, data, model, out):
     """A FAST dodress run whose training stage ends with ``hook(record, trained_model)``."""
-    import hf_dr.adaptation.pipeline as pipeline
+    from hf_dr.adaptation.methods import get_method
 
-    real = pipeline._train
+    method = get_method("dodress")
+    real = method.train
 
     def train(cfg, student, *args, **kwargs):
         record = real(cfg, student, *args, **kwargs)
         hook(record, student)
         return record
 
-    monkeypatch.setattr(pipeline, "_train", train)
+    monkeypatch.setattr(method, "train", train)
     return _adapt(capsys, "--data", data, "--model", model, "--method", "dodress", "--output", out, *FAST)
 
 
@@ -234,6 +235,13 @@ def test_methods_on_reused_labels(method, first_run, split_data, tiny_bert_dir, 
     assert set(m["dev"]) == {"0", "1", "2"} and m["method"] == method
     kind = {"pseudo-margin-mse": "hf_dr_dense.json", "berm": "modeling_berm.py", "cai": "modeling_splade.py"}[method]
     assert (out / "model" / kind).is_file()
+    # #22: OUT/model is a Sentence Transformers folder too, encoding as hf-dr does
+    from tests.test_st_out import assert_st_matches
+
+    st = assert_st_matches(out / "model")
+    assert type(st).__name__ == ("SparseEncoder" if method == "cai" else "SentenceTransformer")
+    if method == "cai":  # OUT's card says how
+        assert 'SparseEncoder("model"' in (out / "README.md").read_text()
 
 
 def test_margin_mse_needs_teacher_scores():

@@ -106,7 +106,9 @@ def test_push_local_dir_loads_without_hf_dr(kind, tiny_bert_dir, tmp_path):
 
     # the folder: config, safetensors weights, tokenizer, card (+ code files for remote code)
     files = {p.name for p in out.iterdir()}
-    assert {"config.json", "model.safetensors", "README.md", "tokenizer_config.json"} <= files
+    assert {"config.json", "README.md", "tokenizer_config.json"} <= files
+    # SPLADE-CAI: two shards (mlm.*, idf) that its Sentence Transformers modules link (#22)
+    assert ("model.safetensors.index.json" if kind == "splade_cai" else "model.safetensors") in files
     assert not any(f.endswith(".bin") for f in files)
     cfg = json.loads((out / "config.json").read_text())
     if kind != "dense":
@@ -195,7 +197,7 @@ def test_push_uploads_one_folder(tiny_bert_dir, tmp_path):
     assert url.endswith("/commit/1")
     assert calls[0] == ("create_repo", "me/splade", "model")
     assert calls[1][:3] == ("upload_folder", "me/splade", "model") and len(calls) == 2
-    assert {"README.md", "config.json", "model.safetensors", "modeling_splade.py"} <= set(calls[1][3])
+    assert {"README.md", "config.json", "model.safetensors.index.json", "modeling_splade.py"} <= set(calls[1][3])
     calls.clear()
     push_space("me/search", api=FakeApi())  # the Space: created with the gradio SDK, uploaded in one call
     assert calls[0] == ("create_repo", "me/search", "space", "gradio")

@@ -146,7 +146,7 @@ def test_published_model_folder_has_no_local_path_and_readable_files(tiny_bert_d
     assert info["base_model"] == tiny_bert_dir.name and info["output_dir"] == "model" and info["steps"] == 3
     assert json.loads((out / "config.json").read_text()).get("_name_or_path") in (None, tiny_bert_dir.name)
     modes = {f.name: f.stat().st_mode & 0o777 for f in out.rglob("*") if f.is_file()}
-    assert modes["model.safetensors"] == 0o644 and set(modes.values()) == {0o644}
+    assert modes["model-00001-of-00002.safetensors"] == 0o644 and set(modes.values()) == {0o644}
 
     # the folder that is uploaded is the same: no local path either
     seen = {}
@@ -161,7 +161,7 @@ def test_published_model_folder_has_no_local_path_and_readable_files(tiny_bert_d
             return "https://huggingface.co/me/m/commit/1"
 
     push_model(model, "me/m", api=FakeApi())
-    assert "README.md" in seen["files"] and "model.safetensors" in seen["files"]
+    assert "README.md" in seen["files"] and "model.safetensors.index.json" in seen["files"]  # SPLADE-CAI: 2 shards
 
 
 # ---------------------------------------------------------------- push: an unreachable Hub

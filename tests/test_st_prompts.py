@@ -228,6 +228,11 @@ def test_adapt_trains_and_saves_with_the_prompts(e5_dir, tmp_path, capsys, monke
     assert seen == {("q: ", "passage: ")}  # the flag replaces the folder's query prompt; its document prompt stays
     model = DenseEncoder.from_pretrained(out / "model")
     assert (model.query_prefix, model.doc_prefix) == ("q: ", "passage: ")
+    # #22: Sentence Transformers loads OUT/model with those prompts and encodes as hf-dr does
+    from .test_st_out import assert_st_matches
+
+    st = assert_st_matches(out / "model", model)
+    assert (st.prompts["query"], st.prompts["document"]) == ("q: ", "passage: ")
 
 
 def test_every_encoder_of_the_suite_has_the_names(tiny_bert_dir):

@@ -38,6 +38,9 @@ def register(sub) -> None:
                    "Without qrels/SPLIT.tsv every query not judged in qrels/test.tsv is a training query")
     p.add_argument("--labels", default=None, metavar="DIR", help="re-use a `hf-dr label` output folder (train + dev) "
                    "instead of labelling")
+    p.add_argument("--index", default=None, metavar="IDX",
+                   help="a saved BM25 index of the corpus (hf-dr index --data DIR --backend bm25) for the label "
+                        "stage's BM25 candidates: nothing re-indexed (refused when it indexes another corpus)")
     p.add_argument("--max-steps", type=positive_int, default=None,
                    help=f"training steps (default per method, its measured row: {_defaults('max_steps')}; "
                         "the papers: 10000 on a GPU)")
@@ -108,7 +111,8 @@ def run(args) -> int:
                       negatives=args.negatives, k=args.k, m=args.m, bm25_top=args.bm25_top,
                       max_queries=args.max_queries, teacher=args.teacher, dense_teacher=args.dense_teacher,
                       mlm_steps=args.mlm_steps, expand_vocabulary=args.vocabulary, delta_v=args.delta_v,
-                      rem=args.rem, margin_scale=args.margin_scale, labels=args.labels, seed=args.seed, overwrite=args.overwrite,
+                      rem=args.rem, margin_scale=args.margin_scale, labels=args.labels, bm25_index=args.index, seed=args.seed,
+                      overwrite=args.overwrite,
                       work_dir=args.work_dir, command=command, dtype=args.dtype, query_prompt=args.query_prompt,
                       document_prompt=args.document_prompt)
     try:

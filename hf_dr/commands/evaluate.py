@@ -2,7 +2,9 @@
 hybrid, print the metrics table, write ``run.trec`` and ``metrics.json``.
 
 ``--embeddings EMB`` searches an embeddings folder written by ``hf-dr encode`` instead of
-encoding the corpus again (refused when another model or corpus made it)."""
+encoding the corpus again (refused when another model or corpus made it); ``--index IDX`` searches
+an index saved by ``hf-dr index`` (faiss, inverted or BM25: opened memory-mapped, nothing built;
+refused when another model, corpus or BM25 tokenisation made it)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,9 @@ def register(sub) -> None:
     p.add_argument("--retriever", choices=RETRIEVER_KINDS, default="bm25")
     p.add_argument("--model", help="model folder or Hub id (dense, sparse, hybrid)")
     p.add_argument("--embeddings", help="embeddings folder of the corpus by this model (hf-dr encode): no re-encoding")
+    p.add_argument("--index", nargs="+", metavar="IDX",
+                   help="saved index folder(s) (hf-dr index): a BM25 one and / or one of the model's vectors "
+                        "(faiss, inverted); searched as they are, nothing built")
     p.add_argument("--split", default="test")
     p.add_argument("--output", help="folder for run.trec and metrics.json (checked writable first; those two files are replaced)")
     p.add_argument("--top-k", type=positive_int, default=1000)
@@ -40,13 +45,16 @@ def register(sub) -> None:
                    help="hybrid fusion (default zscore; with --backend qdrant: rrf or dbsf, in the engine, default rrf)")
     p.add_argument("--fusion-weights", type=finite_float, nargs=2, default=(1.0, 1.0), metavar=("BM25", "MODEL"))
     d = p.add_argument_group("dense index (docs/retrieval.md: which one when)")
-    d.add_argument("--index-type", choices=("flat", "hnsw", "ivfpq"), default="flat",
-                   help="flat: exact (default); hnsw / ivfpq: approximate, for millions of documents")
-    d.add_argument("--hnsw-m", type=positive_int, default=32, help="HNSW links per node")
-    d.add_argument("--ef-search", type=positive_int, default=128, help="HNSW search breadth")
+    d.add_argument("--index-type", choices=("flat", "hnsw", "ivfpq"), default=None,
+                   help="flat: exact (default); hnsw / ivfpq: approximate, for millions of documents (built for "
+                        "this run: `hf-dr index` saves one)")
+    d.add_argument("--hnsw-m", type=positive_int, default=None, help="HNSW links per node (default 32)")
+    d.add_argument("--ef-search", type=positive_int, default=None,
+                   help="HNSW search breadth (default 128, or a saved index's own)")
     d.add_argument("--nlist", type=positive_int, default=None, help="IVF cells (default 4*sqrt(n))")
-    d.add_argument("--pq-m", type=positive_int, default=16, help="PQ sub-quantisers (must divide the dimension)")
-    d.add_argument("--nprobe", type=positive_int, default=32, help="IVF cells visited per query")
+    d.add_argument("--pq-m", type=positive_int, default=None, help="PQ sub-quantisers (default 16; must divide the dimension)")
+    d.add_argument("--nprobe", type=positive_int, default=None,
+                   help="IVF cells visited per query (default 32, or a saved index's own)")
     d.add_argument("--faiss-gpu", choices=("auto", "yes", "no"), default="auto",
                    help="put the dense index on GPU (faiss-gpu: pip install hf-dr[gpu]); auto = when present")
     p.add_argument("--backend", choices=("inprocess", "qdrant"), default="inprocess",
@@ -65,16 +73,14 @@ def register(sub) -> None:
 
 
 def index_options(args) -> dict:
-    """The dense index options of the parsed arguments (only those that differ from flat search)."""
+    """The dense index options of the parsed arguments (only those given: the others are the
+    defaults of :class:`~hf_dr.retrieval.DenseIndex`, or a saved index's own)."""
     if args.retriever == "bm25":
         return {}
-    opts: dict = {}
-    if args.index_type != "flat":
-        opts["index_type"] = args.index_type
-        if args.index_type == "hnsw":
-            opts.update(hnsw_m=args.hnsw_m, ef_search=args.ef_search)
-        else:
-            opts.update(nlist=args.nlist, pq_m=args.pq_m, nprobe=args.nprobe)
+    opts = {k: getattr(args, k) for k in ("index_type", "hnsw_m", "ef_search", "nlist", "pq_m", "nprobe")
+            if getattr(args, k) is not None}
+    if opts.get("index_type") == "flat" and not args.index:
+        del opts["index_type"]
     if args.faiss_gpu != "auto":
         opts["use_gpu"] = args.faiss_gpu == "yes"
     return opts
@@ -131,6 +137,17 @@ def check_args(args) -> None:
         raise CLIError("--retriever bm25 takes no --model (did you mean --retriever dense / sparse / hybrid?)")
     if args.embeddings and args.retriever == "bm25":
         raise CLIError("--embeddings goes with a model retriever (dense, sparse, hybrid), not bm25")
+    if args.index:
+        if args.backend == "qdrant":
+            raise CLIError("--index is a saved index searched in this process: it does not go with --backend qdrant")
+        if len(args.index) > (2 if args.retriever == "hybrid" else 1):
+            raise CLIError(f"--retriever {args.retriever} searches one index (got {len(args.index)}); a hybrid "
+                           "takes two: a BM25 one and one of the model's vectors")
+        fixed = [f"--{k.replace('_', '-')}" for k in ("index_type", "hnsw_m", "nlist", "pq_m")
+                 if getattr(args, k) is not None]
+        if fixed:
+            raise CLIError(f"{' / '.join(fixed)} are fixed when the index is built (`hf-dr index`): a saved index "
+                           "has its own (--ef-search / --nprobe may change)")
     if args.retriever != "hybrid" and (args.fusion or args.hybrid_second):
         raise CLIError(f"--fusion / --hybrid-second go with --retriever hybrid, not {args.retriever}")
     if args.backend != "qdrant":
@@ -196,14 +213,15 @@ def run(args) -> int:
         retriever = qdrant_retriever(args)
     else:
         retriever = build_retriever(
-            args.retriever, data, args.model, embeddings=args.embeddings, batch_size=args.batch_size,
+            args.retriever, data, args.model, embeddings=args.embeddings, index=args.index, batch_size=args.batch_size,
             max_length=args.max_length, device=args.device, dtype=args.dtype, query_prompt=args.query_prompt,
             document_prompt=args.document_prompt, bm25_stemmer=args.bm25_stemmer,
             bm25_stopwords=args.bm25_stopwords, hybrid_second=args.hybrid_second, fusion=args.fusion or "zscore",
             fusion_weights=args.fusion_weights, **index_options(args))
     result = evaluate(retriever, data, k=args.top_k, metrics=args.metrics or DEFAULT_METRICS,
                       ignore_identical_ids=args.ignore_identical_ids, queries=queries)
-    info = {**retriever.info(), "model": args.model, "sparse_model": args.sparse_model, "embeddings": args.embeddings, "data": str(data.name),
+    info = {**retriever.info(), "model": args.model, "sparse_model": args.sparse_model, "embeddings": args.embeddings,
+            **({"saved_indexes": args.index} if args.index else {}), "data": str(data.name),
             "split": data.split, "n_queries": len(queries), "n_docs": len(data.corpus),
             **_dtype_info(args), "seconds": round(time.perf_counter() - t0, 2)}
     name = args.retriever if not args.model else f"{args.retriever}: {Path(args.model).name}"

@@ -1,15 +1,31 @@
-"""``hf-dr index``: upload embeddings folders (``hf-dr encode``) into a search engine collection.
+"""``hf-dr index``: build an index once, search it many times.
 
-Qdrant: one collection holds a corpus's dense and/or sparse vectors (give one folder of each for
+In this process, saved to a folder (``--output IDX``; ``hf-dr evaluate / label / adapt --index IDX``
+and the Space open it memory-mapped, nothing rebuilt):
+
+* ``--embeddings EMB --backend faiss --index-type flat|hnsw|ivfpq``: a faiss index of a dense
+  embeddings folder (``hf-dr encode``), written with faiss' own writer;
+* ``--embeddings EMB --backend inverted``: the inverted index of a sparse (SPLADE) embeddings folder;
+* ``--data DIR --backend bm25``: BM25 (bm25s' own save, memory-mapped when opened).
+
+Each folder records what it was made from (the model and its fingerprint, prompts and max length
+of the embeddings; the corpus fingerprint; the parameters): a search with another model, corpus
+or BM25 tokenisation is refused.
+
+Qdrant (``--backend qdrant``), the backend past one machine: upload embeddings folders into a
+collection. One collection holds a corpus's dense and/or sparse vectors (give one folder of each for
 a hybrid), the document ids as payload, and the models / max lengths in a manifest point. Point
 ids are row numbers: running the command again after a crash resumes the upload, and running it
 on the same data duplicates nothing; a collection built from another model, max length or corpus
 is refused. ``--url`` talks to a server or cluster, ``--path`` to qdrant-client's local store
-(tests and small corpora), ``--edge`` to Qdrant's engine embedded in this process (qdrant-edge-py)."""
+(tests and small corpora), ``--edge`` to Qdrant's engine embedded in this process (qdrant-edge-py).
+(``--backend`` defaults to qdrant when one of those is given.)"""
 
 from __future__ import annotations
 
-from ..cli import positive_int
+from ..cli import positive_int, stemmer_name, stopwords_name
+
+BACKENDS = ("faiss", "inverted", "bm25", "qdrant")
 
 
 def add_qdrant_arguments(p) -> None:
@@ -23,18 +39,38 @@ def add_qdrant_arguments(p) -> None:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("index", help="upload embeddings folders into a Qdrant collection (resumable)",
+    p = sub.add_parser("index", help="build a saved index (faiss, inverted, BM25) or upload into Qdrant",
                        description=__doc__)
-    p.add_argument("--embeddings", nargs="+", required=True,
-                   help="embeddings folder(s): one dense and/or one sparse, of the same corpus")
-    p.add_argument("--backend", choices=("qdrant",), default="qdrant")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--embeddings", nargs="+",
+                     help="embeddings folder(s) (hf-dr encode): one for faiss / inverted; for Qdrant one dense "
+                          "and/or one sparse, of the same corpus")
+    src.add_argument("--data", help="BEIR folder or Hub id (--backend bm25)")
+    p.add_argument("--backend", choices=BACKENDS, default=None,
+                   help="faiss (a dense folder), inverted (a sparse folder), bm25 (--data), qdrant (--url / --path / "
+                        "--edge). Default: qdrant when one of those is given, bm25 with --data, else faiss or "
+                        "inverted by the folder")
+    p.add_argument("--output", help="the index folder (faiss, inverted, bm25; written whole, must be new or empty)")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output once the new index is complete")
+    g = p.add_argument_group("faiss (--backend faiss; docs/retrieval.md: which one when)")
+    g.add_argument("--index-type", choices=("flat", "hnsw", "ivfpq"), default="flat",
+                   help="flat: exact (default); hnsw / ivfpq: approximate, for millions of documents")
+    g.add_argument("--hnsw-m", type=positive_int, default=None,
+                   help="HNSW links per node (default 32; Qdrant's default 16)")
+    g.add_argument("--ef-search", type=positive_int, default=128, help="HNSW search breadth (saved; evaluate can change it)")
+    g.add_argument("--nlist", type=positive_int, default=None, help="IVF cells (default 4*sqrt(n))")
+    g.add_argument("--pq-m", type=positive_int, default=16, help="PQ sub-quantisers (must divide the dimension)")
+    g.add_argument("--nprobe", type=positive_int, default=32, help="IVF cells visited per query (saved; evaluate can change it)")
+    b = p.add_argument_group("BM25 (--backend bm25)")
+    b.add_argument("--bm25-stemmer", type=stemmer_name, default="english", help="PyStemmer language, or 'none'")
+    b.add_argument("--bm25-stopwords", type=stopwords_name, default="en", help="'en' (or de, fr...) or 'none'")
     add_qdrant_arguments(p)
-    p.add_argument("--batch-size", type=positive_int, default=256, help="points per upsert")
-    p.add_argument("--hnsw-m", type=positive_int, default=16, help="HNSW links per node (serving; evaluation is exact)")
-    p.add_argument("--ef-construct", type=positive_int, default=100)
-    p.add_argument("--on-disk", action="store_true", help="vectors and sparse index on disk (memory-mapped)")
-    p.add_argument("--shards", type=positive_int, default=1, help="collection shards (cluster)")
-    p.add_argument("--replicas", type=positive_int, default=1, help="replication factor (cluster)")
+    q = p.add_argument_group("Qdrant upload")
+    q.add_argument("--batch-size", type=positive_int, default=256, help="points per upsert")
+    q.add_argument("--ef-construct", type=positive_int, default=100)
+    q.add_argument("--on-disk", action="store_true", help="vectors and sparse index on disk (memory-mapped)")
+    q.add_argument("--shards", type=positive_int, default=1, help="collection shards (cluster)")
+    q.add_argument("--replicas", type=positive_int, default=1, help="replication factor (cluster)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run)
 
@@ -53,7 +89,79 @@ def store_from_args(args):
                       api_key=os.environ.get("QDRANT_API_KEY"))
 
 
+def _backend(args) -> str:
+    """The backend asked for, or the one the other arguments imply."""
+    if args.backend:
+        return args.backend
+    if args.url or args.path or args.edge:
+        return "qdrant"
+    if args.data:
+        return "bm25"
+    if len(args.embeddings) == 1:
+        import json
+        from pathlib import Path
+
+        mf = Path(args.embeddings[0]) / "manifest.json"
+        try:
+            return "inverted" if json.loads(mf.read_text()).get("sparse") else "faiss"
+        except (OSError, ValueError):
+            return "faiss"  # the folder's own error comes when it is opened
+    return "qdrant"
+
+
+def check_args(args, backend: str) -> None:
+    """The combinations of the arguments, checked before anything is read (exit status 2)."""
+    from ..cli import CLIError
+
+    if backend == "qdrant":
+        if args.data:
+            raise CLIError("--backend qdrant uploads embeddings folders: give --embeddings, not --data")
+        if args.output:
+            raise CLIError("--backend qdrant writes into a collection (--url / --path / --edge), not --output")
+        return
+    if args.url or args.path or args.edge or args.collection:
+        raise CLIError(f"--url / --path / --edge / --collection go with --backend qdrant, not {backend}")
+    if not args.output:
+        raise CLIError(f"--backend {backend} writes an index folder: give --output IDX")
+    if backend == "bm25" and not args.data:
+        raise CLIError("--backend bm25 indexes a corpus: give --data DIR (not --embeddings)")
+    if backend != "bm25":
+        if not args.embeddings:
+            raise CLIError(f"--backend {backend} indexes an embeddings folder (hf-dr encode): give --embeddings EMB")
+        if len(args.embeddings) != 1:
+            raise CLIError(f"--backend {backend} indexes one embeddings folder (got {len(args.embeddings)})")
+    if backend != "faiss" and (args.index_type != "flat" or args.hnsw_m or args.nlist):
+        raise CLIError(f"--index-type / --hnsw-m / --nlist go with --backend faiss, not {backend}")
+
+
 def run(args) -> int:
+    backend = _backend(args)
+    check_args(args, backend)
+    if backend == "qdrant":
+        return _run_qdrant(args)
+    from ..io import local_inputs, output_folder
+    from ..retrieval.saved import save_bm25_index, save_dense_index, save_sparse_index
+
+    inputs = local_inputs(args.data, *(args.embeddings or ()))
+    with output_folder(args.output, overwrite=args.overwrite, inputs=inputs) as tmp:
+        if backend == "bm25":
+            from ..data import load_beir
+
+            data = load_beir(args.data, split=None)
+            m = save_bm25_index(data, tmp, stemmer=args.bm25_stemmer, stopwords=args.bm25_stopwords,
+                                show_progress_bar=not args.no_progress)
+        elif backend == "faiss":
+            m = save_dense_index(args.embeddings[0], tmp, index_type=args.index_type, hnsw_m=args.hnsw_m or 32,
+                                 ef_search=args.ef_search, nlist=args.nlist, pq_m=args.pq_m, nprobe=args.nprobe,
+                                 show_progress_bar=not args.no_progress)
+        else:
+            m = save_sparse_index(args.embeddings[0], tmp)
+    what = {"bm25": "BM25", "faiss": f"faiss {m.get('index_type')}", "inverted": "inverted"}[backend]
+    print(f"wrote {args.output}: {what} index of {m['n_docs']} documents, built in {m['build_seconds']} s")
+    return 0
+
+
+def _run_qdrant(args) -> int:
     from ..cli import CLIError
     from ..retrieval.qdrant import index_embeddings
 
@@ -61,7 +169,7 @@ def run(args) -> int:
         raise CLIError(f"--batch-size must be at least 1 (got {args.batch_size})")
     store = store_from_args(args)
     try:
-        m = index_embeddings(store, args.embeddings, batch_size=args.batch_size, hnsw_m=args.hnsw_m,
+        m = index_embeddings(store, args.embeddings, batch_size=args.batch_size, hnsw_m=args.hnsw_m or 16,
                              ef_construct=args.ef_construct, on_disk=args.on_disk, shards=args.shards,
                              replicas=args.replicas, show_progress_bar=not args.no_progress)
     finally:

@@ -34,6 +34,9 @@ def register(sub) -> None:
     p.add_argument("--max-length", type=positive_int, default=None, help="max tokens when encoding with the dense model")
     p.add_argument("--embeddings", default=None,
                    help="embeddings folder of the corpus by --dense-model (hf-dr encode): no re-encoding")
+    p.add_argument("--index", default=None, metavar="IDX",
+                   help="a saved BM25 index of the corpus (hf-dr index --data DIR --backend bm25): its candidates, "
+                        "nothing re-indexed (refused when it indexes another corpus)")
     p.add_argument("--batch-size", type=positive_int, default=32)
     p.add_argument("--keep-degenerate", action="store_true",
                    help="keep the queries whose labels are degenerate (fewer than k + m BM25 candidates, non-finite "
@@ -76,11 +79,16 @@ def run(args) -> int:
     # the output folder is checked before anything is loaded or computed
     rr_model = args.reranker.partition(":")[2]
     cache = resolve_cache_dir(args.output, args.cache_dir)
-    inputs = local_inputs(args.data, args.dense_model, args.embeddings, rr_model, cache)
+    inputs = local_inputs(args.data, args.dense_model, args.embeddings, rr_model, cache, args.index)
     check_output_folder(args.output, overwrite=args.overwrite, inputs=inputs)
     if args.dense_model:
         check_model(args.dense_model, kind="dense")  # weights present / reachable, before the corpus is read
     data, queries, has_qrels = load_training_queries(args.data, split=args.split)
+    bm25 = None
+    if args.index:
+        from ..retrieval.saved import SavedIndex
+
+        bm25 = SavedIndex(args.index).bm25_index(data)
     if not has_qrels:
         print(f"no qrels/{args.split}.tsv in {args.data}: labelling {len(queries)} queries (all the queries "
               "not judged in a test split)")
@@ -90,7 +98,7 @@ def run(args) -> int:
     command = "hf-dr label " + " ".join(shlex.quote(a) for a in sys.argv[sys.argv.index("label") + 1:]) \
         if "label" in sys.argv else None
     labels = build_pseudo_labels(data, args.output, cfg, reranker=args.reranker, queries=queries, dense_encoder=encoder,
-                                 dense_name=args.dense_model, cache_dir=args.cache_dir, command=command,
+                                 dense_name=args.dense_model, bm25=bm25, cache_dir=args.cache_dir, command=command,
                                  doc_embeddings=args.embeddings, overwrite=args.overwrite, inputs=inputs)
     s = labels.stats
     print(f"{s['triplets']} triplets from {s['train_queries']} queries; dev set: {s['dev_rows']} rows from "

@@ -5,18 +5,25 @@ A BEIR folder holds ``corpus.jsonl`` ({"_id", "title", "text"}), ``queries.jsonl
 :func:`load_beir` reads one (or a Hub dataset id such as ``BeIR/scifact`` /
 ``mteb/scifact``) into :class:`BeirData`; :func:`save_beir` writes one back.
 Bad input raises :class:`BeirFormatError` naming the file and line.
+
+A local folder's ``corpus.jsonl`` and ``queries.jsonl`` are read once, validated line by line,
+and written as Arrow files into a cache keyed by their content (:func:`cache_root`); every later
+load memory-maps those files (``datasets.Dataset.from_file``): the documents stay on disk and are
+paged in as they are read, so holding a corpus costs no memory of its size. A changed file has
+another content hash, hence a new cache entry.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import logging
 import math
 import os
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +33,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["BeirData", "BeirFormatError", "BeirSourceError", "load_beir", "looks_local", "parse_grade", "save_beir",
            "load_qrels", "save_qrels",
-           "iter_corpus", "has_split", "load_training_queries"]
+           "iter_corpus", "has_split", "load_training_queries", "load_corpus", "cache_root", "CorpusHash",
+           "corpus_fingerprint"]
 
 Qrels = dict[str, dict[str, int]]
 
@@ -54,9 +62,33 @@ class BeirData:
     name: str = ""
     n_unknown_qrels: int = 0
     _doc_index: dict | None = field(default=None, repr=False)
+    #: ``(the corpus Dataset, its fingerprint)``: a corpus replaced later (``data.corpus = ...select(...)``)
+    #: is fingerprinted again
+    _fingerprint: tuple | None = field(default=None, repr=False)
 
     def doc_ids(self) -> list[str]:
         return list(self.corpus["_id"])
+
+    def iter_docs(self, batch_size: int = 10_000) -> Iterator[tuple[str, str]]:
+        """``(doc_id, text)`` in corpus order, read batch by batch from the (memory-mapped) corpus."""
+        return iter_corpus(self, batch_size=batch_size)
+
+    def corpus_fingerprint(self) -> str:
+        """The hash of every id and text of the corpus (:class:`CorpusHash`, what an embeddings folder
+        or a saved index records): read from the cache of a local folder, computed once otherwise."""
+        if self._fingerprint is None or self._fingerprint[0] is not self.corpus:
+            self._fingerprint = (self.corpus, corpus_fingerprint(self.iter_docs(), keep_ids=False)[1])
+        return self._fingerprint[1]
+
+    def rows_of(self, doc_ids: Sequence[str]) -> list[int | None]:
+        """The corpus row of each id (``None`` for an id the corpus lacks), looked up in the Arrow
+        column (no per-document Python object is made)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if not doc_ids:
+            return []
+        return pc.index_in(pa.array(list(doc_ids), pa.string()), value_set=_id_column(self.corpus)).to_pylist()
 
     def doc_texts(self) -> list[str]:
         """``title + " " + text`` stripped, BEIR's joining, in corpus order."""
@@ -225,19 +257,169 @@ def save_qrels(qrels: Qrels, path: str | os.PathLike) -> None:
                 w.writerow([qid, did, g])
 
 
+#: bumped when the layout of the cached Arrow files changes
+_CACHE_FORMAT = 1
+_COLUMNS = {"corpus": ("_id", "title", "text"), "queries": ("_id", "text")}
+
+
+def cache_root() -> Path:
+    """Where BEIR files are cached as Arrow: ``$HF_DR_DATA_CACHE``, else ``hf_dr/beir`` in the
+    ``datasets`` cache (``$HF_DATASETS_CACHE``, by default ``~/.cache/huggingface/datasets``)."""
+    env = os.environ.get("HF_DR_DATA_CACHE")
+    if env:
+        return Path(env).expanduser()
+    from datasets import config
+
+    return Path(config.HF_DATASETS_CACHE) / "hf_dr" / "beir"
+
+
+class CorpusHash:
+    """The corpus fingerprint: a hash of every ``(doc_id, text)`` in order (``text`` joined as
+    :meth:`BeirData.doc_texts` does). The one definition, used by embeddings folders, saved
+    indexes, the labelling cache and the corpus cache."""
+
+    def __init__(self):
+        self._h = hashlib.sha256()
+        self.n = 0
+
+    def update(self, doc_id: str, text: str) -> None:
+        self._h.update(doc_id.encode("utf-8", "surrogatepass") + b"\0" + text.encode("utf-8", "surrogatepass") + b"\0")
+        self.n += 1
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()[:32]
+
+
+def corpus_fingerprint(pairs: Iterable[tuple[str, str]], keep_ids: bool = True) -> tuple[list[str] | None, str]:
+    """``(doc_ids, hash)`` of an iterable of ``(doc_id, text)`` (:class:`CorpusHash`); ``keep_ids=False``
+    returns ``None`` for the ids (nothing of the corpus's size is kept)."""
+    h = CorpusHash()
+    ids: list[str] | None = [] if keep_ids else None
+    for d, t in pairs:
+        if ids is not None:
+            ids.append(d)
+        h.update(d, t)
+    return ids, h.hexdigest()
+
+
+def _content_key(path: Path) -> str:
+    """A hash of a file's bytes (xxh3-128: gigabytes a second), the key of its cache entry."""
+    import xxhash
+
+    h = xxhash.xxh3_128()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _write_arrow(source: Path, kind: str, folder: Path) -> dict:
+    """Validate ``source`` line by line (:func:`_read_jsonl`: errors name the file and line) and
+    write it as ``folder/data.arrow`` + ``meta.json`` (written last, through renames: a killed
+    process leaves no entry that looks complete)."""
+    from datasets import Features, Value
+    from datasets.arrow_writer import ArrowWriter
+    from tqdm.auto import tqdm
+
+    cols = _COLUMNS[kind]
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".data.arrow.{os.getpid()}.tmp"
+    fp = CorpusHash() if kind == "corpus" else None
+    big = source.stat().st_size > 64 << 20
+    writer = ArrowWriter(features=Features({c: Value("string") for c in cols}), path=str(tmp), writer_batch_size=10_000)
+    n = 0
+    try:
+        batch: dict[str, list] = {c: [] for c in cols}
+        with tqdm(desc=f"Reading {source.name} (once: cached as Arrow)", unit="doc" if fp else "query",
+                  disable=not big) as bar:
+            for row in _read_jsonl(source, ("_id", "text"), ("title",) if kind == "corpus" else ()):
+                for c in cols:
+                    batch[c].append(row.get(c, ""))
+                if fp is not None:
+                    fp.update(row["_id"], (row.get("title", "") + " " + row["text"]).strip())
+                n += 1
+                if len(batch["_id"]) == 10_000:
+                    writer.write_batch(batch)
+                    batch = {c: [] for c in cols}
+                    bar.update(10_000)
+            if batch["_id"]:
+                writer.write_batch(batch)
+                bar.update(len(batch["_id"]))
+        if kind == "corpus" and n == 0:
+            raise BeirFormatError(f"{source}: the corpus is empty")
+        writer.finalize()
+    except BaseException:
+        writer.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    writer.close()
+    os.replace(tmp, folder / "data.arrow")
+    meta = {"format": _CACHE_FORMAT, "kind": kind, "rows": n, **({"corpus_fingerprint": fp.hexdigest()} if fp else {})}
+    mtmp = folder / f".meta.json.{os.getpid()}.tmp"
+    mtmp.write_text(json.dumps(meta))
+    os.replace(mtmp, folder / "meta.json")
+    return meta
+
+
+def _cached_table(source: Path, kind: str) -> tuple[Dataset, dict]:
+    """``source`` (a corpus or queries JSONL) as a memory-mapped ``Dataset``, and its cache entry's
+    metadata (rows; the corpus fingerprint). Read and validated once per content."""
+    folder = cache_root() / f"{kind}-{_content_key(source)}"
+    meta_file, data_file = folder / "meta.json", folder / "data.arrow"
+    if meta_file.is_file() and data_file.is_file():
+        try:
+            meta = json.loads(meta_file.read_text())
+            ds = Dataset.from_file(str(data_file))  # memory-mapped, not read
+            if meta.get("format") == _CACHE_FORMAT and meta.get("rows") == len(ds) and \
+                    tuple(ds.column_names) == _COLUMNS[kind]:
+                return ds, meta
+        except (OSError, ValueError, KeyError) as e:
+            logger.warning("%s: damaged cache entry (%s): reading %s again", folder, e, source)
+    meta = _write_arrow(source, kind, folder)
+    return Dataset.from_file(str(data_file)), meta
+
+
+def load_corpus(path: str | os.PathLike) -> tuple[Dataset, str]:
+    """The corpus of a BEIR folder (``_id, title, text``) as a memory-mapped ``Dataset`` and its
+    fingerprint (:class:`CorpusHash`); validated and converted to Arrow once per content of
+    ``corpus.jsonl`` (:func:`cache_root`). Only ``corpus.jsonl`` is needed."""
+    p = Path(path)
+    corpus_file = p / "corpus.jsonl"
+    if not corpus_file.is_file():
+        raise BeirFormatError(f"{p} is not a BEIR folder: corpus.jsonl is missing")
+    ds, meta = _cached_table(corpus_file, "corpus")
+    if len(ds) == 0:
+        raise BeirFormatError(f"{corpus_file}: the corpus is empty")
+    return ds, meta["corpus_fingerprint"]
+
+
+def _id_column(ds: Dataset):
+    """The ``_id`` column of a dataset as a pyarrow array (zero-copy when it is memory-mapped)."""
+    if getattr(ds, "_indices", None) is None:
+        return ds.data.column("_id")
+    return ds.with_format("arrow")["_id"]
+
+
+def _present(ds: Dataset, ids: set[str]) -> set[str]:
+    """Those of ``ids`` that are ``_id`` values of ``ds`` (a scan of the Arrow column against the
+    small set ``ids``: nothing of the dataset's size is made in Python)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not ids or len(ds) == 0:
+        return set()
+    col = _id_column(ds)
+    return set(col.filter(pc.is_in(col, value_set=pa.array(sorted(ids), pa.string()))).to_pylist())
+
+
 def _load_local(path: Path, split: str | None) -> BeirData:
     corpus_file, queries_file = path / "corpus.jsonl", path / "queries.jsonl"
     for f in (corpus_file, queries_file):
         if not f.is_file():
             raise BeirFormatError(f"{path} is not a BEIR folder: {f.name} is missing "
                                   "(expected corpus.jsonl, queries.jsonl, qrels/<split>.tsv)")
-    corpus_rows = list(_read_jsonl(corpus_file, ("_id", "text"), ("title",)))
-    if not corpus_rows:
-        raise BeirFormatError(f"{corpus_file}: the corpus is empty")
-    query_rows = list(_read_jsonl(queries_file, ("_id", "text")))
-    corpus = Dataset.from_list([{"_id": r["_id"], "title": r.get("title", ""), "text": r["text"]} for r in corpus_rows])
-    queries = Dataset.from_list([{"_id": r["_id"], "text": r["text"]} for r in query_rows]) if query_rows \
-        else Dataset.from_dict({"_id": [], "text": []})
+    corpus, fingerprint = load_corpus(path)
+    queries, _ = _cached_table(queries_file, "queries")
     qrels: Qrels = {}
     if split is not None:
         qfile = path / "qrels" / f"{split}.tsv"
@@ -245,15 +427,16 @@ def _load_local(path: Path, split: str | None) -> BeirData:
             avail = sorted(p.stem for p in (path / "qrels").glob("*.tsv")) if (path / "qrels").is_dir() else []
             raise BeirFormatError(f"{qfile} not found; splits available: {avail or 'none'}")
         qrels = load_qrels(qfile)
-    data = BeirData(corpus, queries, qrels, split=split, name=str(path))
+    data = BeirData(corpus, queries, qrels, split=split, name=str(path), _fingerprint=(corpus, fingerprint))
     data.n_unknown_qrels = _check_qrels(data, qfile if split is not None else path)
     return data
 
 
 def _check_qrels(data: BeirData, where) -> int:
     """Drop nothing, but count and warn about qrels naming unknown queries / documents."""
-    doc_ids = set(data.corpus["_id"])
-    q_ids = set(data.queries["_id"])
+    judged_docs = {d for docs in data.qrels.values() for d in docs}
+    doc_ids = _present(data.corpus, judged_docs)
+    q_ids = _present(data.queries, set(data.qrels))
     unknown_docs = sum(1 for docs in data.qrels.values() for d in docs if d not in doc_ids)
     unknown_q = sum(1 for q in data.qrels if q not in q_ids)
     if unknown_docs or unknown_q:
@@ -394,23 +577,18 @@ def load_training_queries(path_or_id: str | os.PathLike, split: str = "train"
 
 def iter_corpus(source: BeirData | str | os.PathLike, batch_size: int = 10_000) -> Iterator[tuple[str, str]]:
     """``(doc_id, text)`` of a corpus in order, text joined as :meth:`BeirData.doc_texts` does,
-    read lazily: a BEIR folder's ``corpus.jsonl`` line by line (malformed lines raise
-    :class:`BeirFormatError` with file and line), a :class:`BeirData` / Hub id batch by batch."""
+    read lazily, batch by batch: a BEIR folder's corpus through its Arrow cache (:func:`load_corpus`:
+    validated once, malformed lines raise :class:`BeirFormatError` with file and line; only
+    ``corpus.jsonl`` is needed), a :class:`BeirData` / Hub id from its dataset."""
     if not isinstance(source, BeirData):
         p = Path(source)
         if p.is_dir():
-            corpus_file = p / "corpus.jsonl"
-            if not corpus_file.is_file():
-                raise BeirFormatError(f"{p} is not a BEIR folder: corpus.jsonl is missing")
-            n = 0
-            for row in _read_jsonl(corpus_file, ("_id", "text"), ("title",)):
-                n += 1
-                yield row["_id"], (row.get("title", "") + " " + row["text"]).strip()
-            if n == 0:
-                raise BeirFormatError(f"{corpus_file}: the corpus is empty")
-            return
-        source = load_beir(source, split=None)
-    for batch in source.corpus.iter(batch_size=batch_size):
+            corpus, _ = load_corpus(p)
+        else:
+            corpus = load_beir(source, split=None).corpus
+    else:
+        corpus = source.corpus
+    for batch in corpus.iter(batch_size=batch_size):
         for d, t, x in zip(batch["_id"], batch["title"], batch["text"]):
             yield str(d), ((t or "") + " " + (x or "")).strip()
 

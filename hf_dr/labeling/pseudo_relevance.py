@@ -34,7 +34,6 @@ when complete (:func:`hf_dr.io.output_folder`); a non-empty one is refused unles
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import os
@@ -45,12 +44,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-from datasets import Dataset, Features, Value, load_from_disk
+from datasets import Dataset, Features, Value
 from tqdm.auto import tqdm
 
 from ..embeddings import corpus_fingerprint, model_fingerprint
 from ..evaluation import apply_self_match_rule
 from ..io import check_output_folder, local_inputs, output_folder, public_name
+from ..stage_cache import StageCache, digest, folder_fingerprint  # StageCache: re-exported (its old home)
 from .negatives import SAMPLERS, _check_sampler, sample_negatives
 from .rerankers import FUSION_REFERENCE_SIZE, FusionReranker, Reranker, get_reranker
 
@@ -152,70 +152,6 @@ class PseudoLabels:
     path: Path | None = None
 
 
-def _digest(obj) -> str:
-    return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-class StageCache:
-    """Stage results on disk, one file per (stage, parameters); writes are atomic."""
-
-    def __init__(self, root: str | Path):
-        self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.hits: list[str] = []
-        self.computed: list[str] = []
-
-    def path(self, stage: str, params: dict, suffix: str) -> Path:
-        return self.root / f"{stage}-{_digest(params)}{suffix}"
-
-    def _done(self, stage: str, hit: bool, p: Path) -> None:
-        (self.hits if hit else self.computed).append(stage)
-        logger.info("%s: %s %s", stage, "cached in" if hit else "computed into", p)
-
-    def json(self, stage: str, params: dict, fn):
-        p = self.path(stage, params, ".json")
-        if p.is_file():
-            self._done(stage, True, p)
-            return json.loads(p.read_text())["value"]
-        value = fn()
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_text(json.dumps({"stage": stage, "params": params, "value": value}))
-        tmp.replace(p)
-        self._done(stage, False, p)
-        return value
-
-    def array(self, stage: str, params: dict, fn) -> np.ndarray:
-        p = self.path(stage, params, ".npy")
-        if p.is_file():
-            self._done(stage, True, p)
-            return np.load(p)
-        value = np.asarray(fn())
-        tmp = p.with_name(p.stem + ".tmp.npy")
-        np.save(tmp, value)
-        tmp.replace(p)
-        p.with_suffix(".params.json").write_text(json.dumps(params, default=str))
-        self._done(stage, False, p)
-        return value
-
-    def datasets(self, stage: str, params: dict, fn) -> tuple[dict[str, Dataset], dict]:
-        """``fn() -> ({name: Dataset}, meta)`` saved as a folder."""
-        p = self.path(stage, params, "")
-        if (p / "meta.json").is_file():
-            self._done(stage, True, p)
-            meta = json.loads((p / "meta.json").read_text())
-            return {n: load_from_disk(str(p / n)) for n in meta["splits"]}, meta["meta"]
-        parts, meta = fn()
-        tmp = p.with_name(p.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        for n, ds in parts.items():
-            ds.save_to_disk(str(tmp / n), num_shards=1)  # one shard even when empty (loadable)
-        (tmp / "meta.json").write_text(json.dumps({"params": params, "splits": list(parts), "meta": meta}, default=str))
-        shutil.rmtree(p, ignore_errors=True)
-        tmp.rename(p)
-        self._done(stage, False, p)
-        return {n: load_from_disk(str(p / n)) for n in parts}, meta
-
-
 def default_cache_dir(output_dir: str | Path) -> Path:
     """The stage cache of an output folder ``NAME`` when none is given: ``.NAME.cache`` beside it
     (outside the folder, which is replaced as a whole; a re-run into the same folder reuses it)."""
@@ -234,18 +170,6 @@ def resolve_cache_dir(output_dir: str | Path, cache_dir: str | Path | None = Non
         raise ValueError(f"--cache-dir {root} lies inside the output folder {out}, which is replaced as a whole: "
                          "give a cache folder outside it (default: .NAME.cache beside the output)")
     return root
-
-
-def _folder_fingerprint(path: Path) -> str:
-    """A hash of the names and contents of every file under ``path`` (a model folder)."""
-    h = hashlib.sha256()
-    files = [path] if path.is_file() else sorted(f for f in path.rglob("*") if f.is_file())
-    for f in files:
-        h.update(str(f.relative_to(path) if f != path else f.name).encode() + b"\0")
-        with open(f, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()[:32]
 
 
 def _reranker_identity(reranker) -> dict:
@@ -272,7 +196,7 @@ def _reranker_identity(reranker) -> dict:
         spec = "castorini/monot5-3b-msmarco"
     local = Path(spec).expanduser()
     if spec and local.exists():  # a local folder: its files, wherever it lives
-        return {"name": kind, "files": _folder_fingerprint(local)}
+        return {"name": kind, "files": folder_fingerprint(local)}
     return {"name": kind, "id": spec}
 
 
@@ -323,9 +247,10 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
     Args:
         reranker: a :class:`~.rerankers.Reranker`, or a spec ``"fusion"`` / ``"monot5:<id>"`` /
             ``"cross-encoder:<id>"`` (built only when a stage that needs it is not cached).
-        dense_encoder: the current dense retriever (any encoder of the suite): needed by the
+        dense_encoder: the current dense retriever (any encoder of the suite, or a ``SentenceTransformer``): needed by the
             fusion reranker and SimANS. ``dense_name`` names it in cache keys and on the card.
-        bm25: a :class:`~hf_dr.retrieval.BM25Index` of ``data``'s corpus (built when needed).
+        bm25: a :class:`~hf_dr.retrieval.BM25Index` of ``data``'s corpus (built when needed), e.g. a
+            saved one (``hf-dr label --index IDX``: :meth:`hf_dr.retrieval.SavedIndex.bm25_index`).
         queries: ``{qid: text}`` to label instead of ``data``'s split queries (e.g. rewritten
             conversational queries, see :mod:`.rewriting`).
         cache_dir: where stages are cached (default :func:`default_cache_dir`: ``.NAME.cache`` beside
@@ -351,6 +276,9 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
     """
     from ..retrieval import BM25Index, BM25Retriever, EncoderRetriever
 
+    from ..st_encoder import as_encoder
+
+    dense_encoder = as_encoder(dense_encoder)  # a SentenceTransformer object too
     config = config or PseudoLabelConfig()
     config.validate()
     if config.simans_score_scale is None:  # the dense model's own similarity: 20 for cosine, 1 for dot
@@ -381,11 +309,20 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
 
     # every key holds the content its stage depends on, not a path or a name: the corpus texts, the
     # query texts, the dense model's weights + configuration, the reranker's identity, the parameters
-    _, corpus_fp = corpus_fingerprint(zip(doc_ids, texts))
+    corpus_fp = data.corpus_fingerprint() if hasattr(data, "corpus_fingerprint") else \
+        corpus_fingerprint(zip(doc_ids, texts))[1]
     dense_fp = model_fingerprint(dense_encoder) if dense_encoder is not None else None
     corpus_key = {"corpus": corpus_fp}
-    query_key = {"queries": _digest([(q, queries[q]) for q in qids])}
+    query_key = {"queries": digest([(q, queries[q]) for q in qids])}
     bm25_key = {**corpus_key, **query_key, "bm25_top": config.bm25_top}
+    if bm25 is not None:  # a given index (e.g. a saved one): its corpus, and its parameters when not the defaults
+        from ..retrieval.bm25 import DEFAULT_PARAMS
+
+        if len(bm25) != len(doc_ids):
+            raise ValueError(f"the BM25 index holds {len(bm25)} documents, the corpus {len(doc_ids)}: it indexes "
+                             "another corpus")
+        if getattr(bm25, "params", DEFAULT_PARAMS) != DEFAULT_PARAMS:
+            bm25_key["bm25"] = bm25.params
     state = {"bm25": bm25}
 
     def get_bm25():

@@ -177,6 +177,9 @@ class FusionReranker(Reranker):
             raise ValueError("the fusion reranker needs a BM25 index and a dense model (--dense-model)")
         if isinstance(reference_size, bool) or not isinstance(reference_size, (int, np.integer)) or reference_size < 1:
             raise ValueError(f"reference_size must be a positive whole number (got {reference_size!r})")
+        from ..st_encoder import as_encoder
+
+        encoder = as_encoder(encoder)
         self.bm25, self.encoder, self.weights, self.batch_size = bm25, encoder, tuple(weights), batch_size
         self.doc_embeddings = doc_embeddings
         self.reference_size, self.reference_seed = int(reference_size), int(reference_seed)

@@ -105,6 +105,10 @@ def _st_settings(path: str) -> dict:
     sb = _read_json(p / "sentence_bert_config.json")
     if "max_seq_length" in sb:
         out["max_length"] = int(sb["max_seq_length"])
+    if sb.get("document_length"):  # Sentence Transformers 6: per-task lengths (encode_query / encode_document)
+        out["max_length"] = int(sb["document_length"])
+    if sb.get("query_length"):
+        out["max_query_length"] = int(sb["query_length"])
     return out
 
 
@@ -203,25 +207,17 @@ class DenseEncoder(nn.Module, EncoderMixin):
                 "similarity_fn_name": sim}
 
     def save_sentence_transformers_config(self, save_directory: str | os.PathLike) -> None:
-        """``modules.json`` + pooling (+ normalise) configs, so ``SentenceTransformer(folder)`` loads
-        the folder written by :meth:`save_pretrained` with the same pooling (read back here too)."""
-        out = Path(save_directory)
-        modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-                   {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
-        if self.normalize:
-            modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
-                            "type": "sentence_transformers.models.Normalize"})
-            (out / "2_Normalize").mkdir(exist_ok=True)
-        (out / "modules.json").write_text(json.dumps(modules, indent=1))
-        (out / "1_Pooling").mkdir(exist_ok=True)
-        (out / "1_Pooling" / "config.json").write_text(json.dumps({
-            "word_embedding_dimension": self.config.hidden_size, "pooling_mode_cls_token": self.pooling == "cls",
-            "pooling_mode_mean_tokens": self.pooling == "mean", "pooling_mode_max_tokens": self.pooling == "max",
-            "pooling_mode_mean_sqrt_len_tokens": False}, indent=1))
-        (out / "config_sentence_transformers.json").write_text(json.dumps(
-            {"model_type": "SentenceTransformer", **self._st_config()}, indent=1))
-        (out / "sentence_bert_config.json").write_text(json.dumps(
-            {"max_seq_length": self.max_doc_length, "do_lower_case": False}, indent=1))
+        """``modules.json``, ``sentence_bert_config.json``, the pooling (+ normalise) configs and
+        ``config_sentence_transformers.json`` (prompts, similarity), so ``SentenceTransformer(folder)``
+        loads the folder written by :meth:`save_pretrained` and encodes as this encoder does
+        (:func:`hf_dr.models.st_folder.write_dense_modules`; read back here too)."""
+        from .st_folder import write_dense_modules
+
+        st = self._st_config()
+        write_dense_modules(save_directory, hidden_size=self.config.hidden_size, pooling=self.pooling,
+                            normalize=self.normalize, max_length=self.encoding_settings(False)["max_length"],
+                            max_query_length=self.encoding_settings(True)["max_length"], prompts=st["prompts"],
+                            default_prompt_name=st["default_prompt_name"], similarity_fn_name=st["similarity_fn_name"])
 
     # ------------------------------------------------------------------ Hub repo (``hf-dr push``)
     @classmethod
@@ -239,9 +235,7 @@ class DenseEncoder(nn.Module, EncoderMixin):
 
     @staticmethod
     def usage_snippet(repo_id: str, **lengths) -> str:
-        """Python that loads the published repo with sentence-transformers."""
-        return (f'from sentence_transformers import SentenceTransformer\n\n'
-                f'model = SentenceTransformer("{repo_id}")\n'
-                f'q = model.encode_query(["what causes fever?"])  # with the query prompt, if any\n'
-                f'd = model.encode_document(["Fever is caused by infection.", "The cat sat on the mat."])\n'
-                f'print(model.similarity(q, d))\n')
+        """Python that loads the published repo with sentence-transformers (:func:`hf_dr.hub.st_usage_snippet`)."""
+        from ..hub import st_usage_snippet
+
+        return st_usage_snippet(repo_id)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .run import Run
@@ -69,30 +69,34 @@ class BM25Retriever(Retriever):
 
     @classmethod
     def from_data(cls, data, **bm25_kwargs) -> BM25Retriever:
-        """Index a :class:`hf_dr.data.BeirData` corpus (``title + " " + text``)."""
-        return cls(data.doc_ids(), data.doc_texts(), **bm25_kwargs)
+        """Index a :class:`hf_dr.data.BeirData` corpus (``title + " " + text``, read lazily)."""
+        return cls(data.doc_ids(), (t for _, t in data.iter_docs()), **bm25_kwargs)
 
     @classmethod
     def from_index(cls, index) -> BM25Retriever:
-        """Search an existing :class:`~hf_dr.retrieval.BM25Index` (shared with, e.g., a reranker)."""
+        """Search an existing :class:`~hf_dr.retrieval.BM25Index` (shared with, e.g., a reranker, or
+        opened from a saved index)."""
         self = cls.__new__(cls)
         self.index, self.doc_ids = index, index.doc_ids
-        self._kwargs = {"stopwords": index.stopwords}
+        self._kwargs = {"stemmer": index.stemmer, "stopwords": index.stopwords}
         return self
 
     def search(self, queries, k=1000, *, show_progress_bar=None) -> Run:
         return self.index.search(queries, top_k=_check_k(k), show_progress_bar=bool(show_progress_bar))
 
     def info(self) -> dict:
+        saved = getattr(self, "saved", None)
         return {"retriever": "bm25", "bm25": {"stemmer": self._kwargs.get("stemmer", "english"),
-                                              "stopwords": self._kwargs.get("stopwords", "en")}}
+                                              "stopwords": self._kwargs.get("stopwords", "en")},
+                **({"index": str(saved.path)} if saved is not None else {})}
 
 
 class EncoderRetriever(Retriever):
     """An encoder of the suite over stored document vectors.
 
     Args:
-        encoder: any model with ``encode_queries`` (``output_is_sparse`` picks the index).
+        encoder: any encoder of the suite (``encode_queries``; ``output_is_sparse`` picks the index), or a
+            ``SentenceTransformer`` / ``SparseEncoder`` object (:func:`hf_dr.st_encoder.as_encoder`).
         doc_vectors: the documents' vectors, ``[n, d]`` float32 or CSR ``[n, |V|]``.
         doc_ids: their ids.
         doc_transform: applied to ``doc_vectors`` before indexing (e.g. CAI's IDF weighting);
@@ -106,10 +110,11 @@ class EncoderRetriever(Retriever):
     def __init__(self, encoder, doc_vectors, doc_ids: Sequence[str], *, doc_transform: Callable | None = None,
                  query_settings: Mapping[str, Any] | None = None, batch_size: int = 32,
                  max_query_length: int | None = None, name: str | None = None, **index_kwargs):
+        from ..st_encoder import as_encoder
         from .dense import DenseIndex
         from .sparse import SparseIndex
 
-        self.encoder = encoder
+        self.encoder = encoder = as_encoder(encoder)
         self.sparse = bool(getattr(encoder, "output_is_sparse", False))
         vecs = doc_transform(doc_vectors) if doc_transform is not None else doc_vectors
         if self.sparse:
@@ -125,17 +130,45 @@ class EncoderRetriever(Retriever):
         self.index_kwargs = index_kwargs
 
     @classmethod
-    def from_corpus(cls, encoder, doc_ids: Sequence[str], texts: Sequence[str], *, batch_size: int = 32,
+    def from_index(cls, encoder, index, *, query_settings: Mapping[str, Any] | None = None, batch_size: int = 32,
+                   max_query_length: int | None = None, name: str | None = None) -> EncoderRetriever:
+        """Search an existing :class:`~hf_dr.retrieval.DenseIndex` / :class:`~hf_dr.retrieval.SparseIndex`
+        (e.g. opened from a saved index, :class:`hf_dr.retrieval.saved.SavedIndex`) with ``encoder``'s
+        query vectors: nothing is indexed."""
+        from ..st_encoder import as_encoder
+
+        self = cls.__new__(cls)
+        self.encoder, self.index, self.doc_ids = as_encoder(encoder), index, index.doc_ids
+        self.sparse = bool(getattr(encoder, "output_is_sparse", False))
+        self.query_settings = dict(query_settings or {})
+        self.batch_size, self.max_query_length = batch_size, max_query_length
+        self.name = name or ("sparse" if self.sparse else "dense")
+        self.index_kwargs = dict(getattr(index, "params", {}))
+        return self
+
+    @classmethod
+    def from_corpus(cls, encoder, doc_ids: Sequence[str], texts: Iterable[str], *, batch_size: int = 32,
                     max_length: int | None = None, show_progress_bar: bool | None = True, **kwargs) -> EncoderRetriever:
-        """Encode ``texts`` with ``encoder`` and index them."""
-        vecs = encoder.encode_corpus(list(texts), batch_size=batch_size, max_length=max_length,
-                                     show_progress_bar=show_progress_bar)
+        """Encode ``texts`` (any iterable, read lazily, chunk by chunk) with ``encoder`` and index them."""
+        from ..encoding import concat_blocks
+        from ..st_encoder import as_encoder
+
+        encoder = as_encoder(encoder)  # a SentenceTransformer / SparseEncoder object too
+        if not hasattr(encoder, "iter_encode_corpus"):  # an encoder outside the suite: encode_corpus only
+            vecs = encoder.encode_corpus(list(texts), batch_size=batch_size, max_length=max_length,
+                                         show_progress_bar=show_progress_bar)
+            return cls(encoder, vecs, doc_ids, batch_size=batch_size, **kwargs)
+        total = len(texts) if hasattr(texts, "__len__") else len(doc_ids)
+        blocks = list(encoder.iter_encode_corpus(texts, batch_size=batch_size, max_length=max_length,
+                                                 show_progress_bar=show_progress_bar, total=total))
+        vecs = blocks if not getattr(encoder, "output_is_sparse", False) and len(blocks) > 1 and \
+            not kwargs.get("doc_transform") else concat_blocks(blocks)
         return cls(encoder, vecs, doc_ids, batch_size=batch_size, **kwargs)
 
     @classmethod
     def from_data(cls, encoder, data, **kwargs) -> EncoderRetriever:
-        """Encode a :class:`hf_dr.data.BeirData` corpus and index it."""
-        return cls.from_corpus(encoder, data.doc_ids(), data.doc_texts(), **kwargs)
+        """Encode a :class:`hf_dr.data.BeirData` corpus (read lazily from its dataset) and index it."""
+        return cls.from_corpus(encoder, data.doc_ids(), (t for _, t in data.iter_docs()), **kwargs)
 
     @classmethod
     def from_embeddings(cls, encoder, embeddings, *, doc_ids: Sequence[str] | None = None,
@@ -144,10 +177,14 @@ class EncoderRetriever(Retriever):
         (:class:`~hf_dr.embeddings.EmbeddingsError`) when ``encoder`` did not make it, or when
         ``doc_ids`` (the corpus searched) are not its documents."""
         from ..embeddings import Embeddings
+        from ..st_encoder import as_encoder
 
+        encoder = as_encoder(encoder)
         emb = embeddings if isinstance(embeddings, Embeddings) else Embeddings(embeddings)
         emb.check(encoder, doc_ids=doc_ids, max_length=max_length)
-        return cls(encoder, emb.matrix(), emb.doc_ids, **kwargs)
+        # dense shards are added one by one, memory-mapped (never concatenated in memory)
+        vecs = emb.matrix() if emb.is_sparse or kwargs.get("doc_transform") else [b for _, b in emb.iter_shards()]
+        return cls(encoder, vecs, emb.doc_ids, **kwargs)
 
     @contextlib.contextmanager
     def _query_mode(self):
@@ -174,8 +211,10 @@ class EncoderRetriever(Retriever):
         return self.index.search(self.encode_queries([queries[q] for q in qids]), qids, top_k=k)
 
     def info(self) -> dict:
+        saved = getattr(self, "saved", None)
         return {"retriever": self.name, "encoder": type(self.encoder).__name__,
                 **({"index": self.index_kwargs} if self.index_kwargs else {}),
+                **({"saved_index": str(saved.path)} if saved is not None else {}),
                 **({"query_settings": self.query_settings} if self.query_settings else {})}
 
 
@@ -218,7 +257,28 @@ def _none(x):
     return None if x in (None, "none", "None", "") else x
 
 
-def build_retriever(kind: str, data, model=None, *, embeddings=None, batch_size: int = 32,
+def _saved_indexes(index) -> dict:
+    """``{kind: SavedIndex}`` of the ``index`` argument of :func:`build_retriever` (a folder, a
+    :class:`~hf_dr.retrieval.saved.SavedIndex`, or several): at most one per kind."""
+    if index is None:
+        return {}
+    from .saved import SavedIndex, SavedIndexError
+
+    items = [index] if isinstance(index, (str, bytes, SavedIndex)) or hasattr(index, "__fspath__") else list(index)
+    out: dict = {}
+    for item in items:
+        saved = item if isinstance(item, SavedIndex) else SavedIndex(item)
+        if saved.kind in out:
+            raise SavedIndexError(f"two {saved.kind} indexes ({out[saved.kind].path}, {saved.path}): give one of each kind")
+        out[saved.kind] = saved
+    return out
+
+
+#: options of a dense index fixed when it is built (a saved index has its own)
+_BUILD_OPTIONS = ("index_type", "hnsw_m", "nlist", "pq_m")
+
+
+def build_retriever(kind: str, data, model=None, *, embeddings=None, index=None, batch_size: int = 32,
                     max_length: int | None = None, device=None, dtype: str | None = None,
                     query_prompt: str | None = None, document_prompt: str | None = None, bm25_stemmer: str | None = "english",
                     bm25_stopwords: str | None = "en", hybrid_second: str | None = None, fusion: str = "zscore",
@@ -229,7 +289,12 @@ def build_retriever(kind: str, data, model=None, *, embeddings=None, batch_size:
     ``kind``: ``bm25``, ``dense``, ``sparse`` or ``hybrid`` (BM25 + the model, dense or sparse by
     ``hybrid_second``, default: the model's own kind). ``model``: a folder / Hub id or a loaded
     encoder. ``embeddings``: an embeddings folder of the corpus to use instead of encoding it.
-    ``index_kwargs``: dense index options (``index_type``, ``hnsw_m``, ``nlist``, ``use_gpu``...).
+    ``index``: saved index folder(s) (``hf-dr index``; one BM25 and / or one of the model's
+    vectors) searched instead of building that side: opened memory-mapped, nothing is built; each
+    is checked against ``data``'s corpus, the model and the BM25 options, and refused when they
+    differ (:class:`~hf_dr.retrieval.saved.SavedIndexError`, a ``ValueError``).
+    ``index_kwargs``: dense index options (``index_type``, ``hnsw_m``, ``nlist``, ``use_gpu``...;
+    with a saved index only the search-time ones: ``ef_search``, ``nprobe``, ``use_gpu``).
     ``dtype``: the precision the model encodes the corpus and the queries in (``auto`` | ``fp32`` | ``bf16``
     | ``fp16``, :mod:`hf_dr.precision`; default: the encoder's own ``encode_dtype``). ``query_prompt`` /
     ``document_prompt``: texts prepended to the queries / documents (default: the model's own prompts;
@@ -237,10 +302,21 @@ def build_retriever(kind: str, data, model=None, *, embeddings=None, batch_size:
     """
     if kind not in RETRIEVER_KINDS:
         raise ValueError(f"unknown retriever {kind!r}: choose {', '.join(RETRIEVER_KINDS)}")
+    saved = _saved_indexes(index)
+    stemmer, stopwords = _none(bm25_stemmer), _none(bm25_stopwords)
+
+    def bm25_side():
+        if "bm25" in saved:
+            return saved["bm25"].retriever(data=data, bm25_stemmer=stemmer, bm25_stopwords=stopwords, check_bm25=True)
+        return BM25Retriever.from_data(data, stemmer=stemmer, stopwords=stopwords)
+
     if kind == "bm25":
         if model is not None or embeddings is not None:
             raise ValueError("the bm25 retriever takes no model and no embeddings")
-        return BM25Retriever.from_data(data, stemmer=_none(bm25_stemmer), stopwords=_none(bm25_stopwords))
+        other = [s for k, s in saved.items() if k != "bm25"]
+        if other:
+            raise ValueError(f"{other[0].path} is a {other[0].describe()}: the bm25 retriever searches a BM25 index")
+        return bm25_side()
     if model is None:
         raise ValueError(f"the {kind} retriever needs a model")
     want = {"dense": "dense", "sparse": "sparse"}.get(kind, hybrid_second or "auto")
@@ -249,7 +325,9 @@ def build_retriever(kind: str, data, model=None, *, embeddings=None, batch_size:
 
         encoder = load_encoder(model, kind=want)
     else:
-        encoder = model
+        from ..st_encoder import as_encoder
+
+        encoder = as_encoder(model)
     if device is not None and hasattr(encoder, "to"):
         from ..encoding import resolve_device
 
@@ -264,13 +342,31 @@ def build_retriever(kind: str, data, model=None, *, embeddings=None, batch_size:
         raise ValueError(f"{model} is not a sparse model")
     if want == "dense" and is_sparse:
         raise ValueError(f"{model} is a sparse model: use --retriever sparse")
-    if embeddings is not None:
-        enc = EncoderRetriever.from_embeddings(encoder, embeddings, doc_ids=data.doc_ids(), max_length=max_length,
-                                               batch_size=batch_size, **index_kwargs)
+    side = "sparse" if is_sparse else "dense"
+    if kind != "hybrid" and "bm25" in saved:
+        raise ValueError(f"{saved['bm25'].path} is a BM25 index: the {kind} retriever searches the model's vectors")
+    wrong = [s for k, s in saved.items() if k not in ("bm25", side)]
+    if wrong:
+        raise ValueError(f"{wrong[0].path} is a {wrong[0].describe()}: the model {type(encoder).__name__} "
+                         f"makes {side} vectors")
+    if side in saved:
+        if embeddings is not None:
+            raise ValueError("give either an embeddings folder or a saved index of the model's vectors, not both "
+                             "(the index holds them)")
+        fixed = [k for k in _BUILD_OPTIONS if index_kwargs.get(k) is not None]
+        if fixed:
+            raise ValueError(f"{saved[side].path} was built with its own {', '.join(fixed)} "
+                             f"({saved[side].describe()}): they cannot change at search time")
+        search_opts = {k: index_kwargs[k] for k in ("ef_search", "nprobe", "use_gpu") if k in index_kwargs}
+        enc = saved[side].retriever(encoder, data, max_length=max_length, batch_size=batch_size, **search_opts)
     else:
-        enc = EncoderRetriever.from_data(encoder, data, batch_size=batch_size, max_length=max_length,
-                                         show_progress_bar=show_progress_bar, **index_kwargs)
+        index_kwargs = {k: v for k, v in index_kwargs.items() if v is not None}
+        if embeddings is not None:
+            enc = EncoderRetriever.from_embeddings(encoder, embeddings, doc_ids=data.doc_ids(), max_length=max_length,
+                                                   batch_size=batch_size, **index_kwargs)
+        else:
+            enc = EncoderRetriever.from_data(encoder, data, batch_size=batch_size, max_length=max_length,
+                                             show_progress_bar=show_progress_bar, **index_kwargs)
     if kind != "hybrid":
         return enc
-    bm25 = BM25Retriever.from_data(data, stemmer=_none(bm25_stemmer), stopwords=_none(bm25_stopwords))
-    return HybridRetriever([bm25, enc], weights=fusion_weights, method=fusion)
+    return HybridRetriever([bm25_side(), enc], weights=fusion_weights, method=fusion)

@@ -40,11 +40,25 @@ def read_trec_run(path: str | os.PathLike) -> Run:
 
 
 def run_from_scores(scores: np.ndarray, indices: np.ndarray, query_ids, doc_ids) -> Run:
-    """Turn ``[n_q, k]`` score / doc-index matrices into a Run (index -1 = no hit, skipped)."""
-    doc_ids = list(doc_ids)
+    """Turn ``[n_q, k]`` score / doc-index matrices into a Run (index -1 = no hit, skipped).
+    ``doc_ids``: a list, or a sequence with ``take(rows) -> list`` (a saved index's memory-mapped
+    ids: only the ids of the hits are read)."""
+    scores, indices = np.asarray(scores), np.asarray(indices)
+    hit = indices >= 0
+    rows = indices[hit]
+    take = getattr(doc_ids, "take", None)
+    if take is not None:
+        names = take(rows)
+    else:
+        if not isinstance(doc_ids, list):
+            doc_ids = list(doc_ids)
+        names = [doc_ids[i] for i in rows.tolist()]
+    values = scores[hit].tolist()  # Python floats, as float(s) of each score
     run: Run = {}
-    for qid, srow, irow in zip(query_ids, scores, indices):
-        run[str(qid)] = {doc_ids[i]: float(s) for s, i in zip(srow, irow) if i >= 0}
+    at = 0
+    for qid, n in zip(query_ids, hit.sum(axis=1).tolist()):
+        run[str(qid)] = dict(zip(names[at:at + n], values[at:at + n]))
+        at += n
     return run
 
 

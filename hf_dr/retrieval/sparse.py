@@ -1,8 +1,11 @@
-"""Sparse (SPLADE-style) retrieval: exact top-k over an inverted index, never densified."""
+"""Sparse (SPLADE-style) retrieval: exact top-k over an inverted index, never densified; saved as
+three ``.npy`` arrays and opened memory-mapped (:meth:`SparseIndex.save` / :meth:`SparseIndex.load`)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
@@ -31,12 +34,51 @@ class SparseIndex:
             raise ValueError(f"{len(doc_ids)} ids for {D.shape[0]} document vectors")
         if D.shape[0] == 0:
             raise ValueError("cannot index an empty corpus")
-        self.doc_ids = [str(d) for d in doc_ids]
-        self.postings = D.T.tocsr()  # [|V|, n_docs]
+        postings = D.T.tocsr()  # [|V|, n_docs]
         del D
-        self.postings.sort_indices()
+        postings.sort_indices()
+        self._set(postings, doc_ids)
+
+    def _set(self, postings: sp.csr_matrix, doc_ids) -> None:
+        self.doc_ids = doc_ids if hasattr(doc_ids, "take") else [str(d) for d in doc_ids]
+        self.postings = postings
         self.posting_lengths = np.diff(self.postings.indptr)
         self.vocab_size = self.postings.shape[0]
+
+    @classmethod
+    def from_postings(cls, postings: sp.csr_matrix, doc_ids: Sequence[str]) -> SparseIndex:
+        """An index over ready posting lists (CSR ``[|V|, n_docs]``, used as they are: e.g. bm25s'
+        score matrix, :meth:`hf_dr.retrieval.BM25Index.search`)."""
+        if postings.shape[1] != len(doc_ids):
+            raise ValueError(f"postings of {postings.shape[1]} documents for {len(doc_ids)} ids")
+        self = cls.__new__(cls)
+        self._set(postings, doc_ids)
+        return self
+
+    #: the files of a saved index
+    FILES = ("postings.data.npy", "postings.indices.npy", "postings.indptr.npy", "postings.json")
+
+    def save(self, folder: str | Path) -> None:
+        """Write the posting lists (CSR ``[|V|, n]``: data, indices, indptr as ``.npy``, the shape as JSON)."""
+        folder = Path(folder)
+        P = self.postings
+        for name, arr in zip(self.FILES, (P.data, P.indices, P.indptr)):
+            np.save(folder / name, arr)
+        (folder / self.FILES[3]).write_text(json.dumps({"shape": list(P.shape), "nnz": int(P.nnz)}))
+
+    @classmethod
+    def load(cls, folder: str | Path, doc_ids: Sequence[str], *, mmap: bool = True) -> SparseIndex:
+        """Open a saved index: the three arrays memory-mapped (``mmap``), nothing rebuilt."""
+        folder = Path(folder)
+        data, indices, indptr = (np.load(folder / name, mmap_mode="r" if mmap else None) for name in cls.FILES[:3])
+        shape = tuple(json.loads((folder / cls.FILES[3]).read_text())["shape"])
+        postings = sp.csr_matrix((data, indices, indptr), shape=shape, copy=False)
+        postings.has_sorted_indices = True  # saved sorted
+        if postings.shape[1] != len(doc_ids):
+            raise ValueError(f"{folder} holds postings of {postings.shape[1]} documents for {len(doc_ids)} ids")
+        self = cls.__new__(cls)
+        self._set(postings, doc_ids)
+        return self
 
     def __len__(self) -> int:
         return len(self.doc_ids)
@@ -46,8 +88,10 @@ class SparseIndex:
         return self.postings[:, np.asarray(rows)].T.tocsr()
 
     def search(self, query_vectors: sp.spmatrix, query_ids: Sequence[str], top_k: int = 1000,
-               max_entries: int = 32_000_000) -> Run:
-        Q = sp.csr_matrix(query_vectors, dtype=np.float32)
+               max_entries: int = 32_000_000, canonical: bool = True) -> Run:
+        """``canonical=False``: the query rows are used as given (repeated terms kept, in their order:
+        a document's score then adds its terms' weights in that order)."""
+        Q = sp.csr_matrix(query_vectors, dtype=np.float32) if canonical else query_vectors
         if Q.shape[1] != self.vocab_size:
             raise ValueError(f"query vectors have {Q.shape[1]} dimensions, the index {self.vocab_size}")
         if Q.shape[0] != len(query_ids):
@@ -78,6 +122,8 @@ class SparseIndex:
                     sel = np.concatenate([above, ties])
                     docs, vals = docs[sel], vals[sel]
                 order = np.lexsort((docs, -vals))
-                run[str(query_ids[s + r])] = {self.doc_ids[d]: float(v) for d, v in zip(docs[order], vals[order])}
+                names = self.doc_ids.take(docs[order]) if hasattr(self.doc_ids, "take") else \
+                    [self.doc_ids[d] for d in docs[order]]
+                run[str(query_ids[s + r])] = {n: float(v) for n, v in zip(names, vals[order])}
             s = e
         return run

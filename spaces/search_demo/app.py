@@ -36,6 +36,9 @@ HF_DR_QDRANT_PATH      ... or a qdrant-client local store, or
 HF_DR_QDRANT_EDGE      ... an embedded qdrant-edge shard folder
 HF_DR_QDRANT_COLLECTION  the collection (url / path); its dense vectors are searched with HF_DR_DENSE_MODEL,
                        its sparse ones with HF_DR_SPLADE_MODEL (both: the engine's RRF hybrid)
+HF_DR_INDEXES          saved indexes (``hf-dr index``) opened instead of building: ``corpus:BM25=folder;
+                       corpus:Dense=folder`` (a BM25 index; a faiss index of HF_DR_DENSE_MODEL's
+                       vectors), memory-mapped; each is checked against its corpus and model
 HF_DR_DEVICE           ``auto`` (GPU when there is one), ``cpu``, ``cuda``...
 HF_DR_SPACE_CONFIG     a JSON file with the same keys in lower case (``dense_model``...), read first
 GRADIO_SERVER_PORT     port (Gradio reads it; 7860 by default)
@@ -67,6 +70,8 @@ logger = logging.getLogger("hf_dr.space")
 
 RETRIEVERS = ("BM25", "Dense", "BERM", "DDR", "SPLADE-CAI", "Hybrid (BM25 + dense)", "Qdrant")
 SOURCE_DAM = "source DAM (the REM's own)"
+#: the retrievers a saved index (HF_DR_INDEXES) can serve
+SAVED_INDEX_RETRIEVERS = ("BM25", "Dense")
 TABLE_HEADERS = ["rank", "doc_id", "score", "title", "why"]
 
 
@@ -110,6 +115,7 @@ class SpaceConfig:
     qdrant_path: str | None = None
     qdrant_edge: str | None = None
     qdrant_collection: str | None = None
+    indexes: str | None = None
     device: str = "auto"
     dtype: str = "auto"  # auto | fp32 | bf16 | fp16, as hf-dr's --dtype (hf_dr.precision): bf16 on a GPU, fp32 on CPU
     batch_size: int = 32
@@ -163,6 +169,24 @@ class SpaceConfig:
             out[name] = path
         if not out:
             raise ValueError("no corpus configured: set HF_DR_CORPUS or HF_DR_CORPORA")
+        return out
+
+    def index_map(self) -> dict[tuple[str, str], str]:
+        """``{(corpus name, retriever): saved index folder}`` from ``indexes`` (``corpus:BM25=folder;...``)."""
+        out: dict[tuple[str, str], str] = {}
+        for entry in re.split(r"[;\n]", self.indexes or ""):
+            entry = entry.strip()
+            if not entry:
+                continue
+            key, sep, path = entry.partition("=")
+            name, colon, retriever = key.rpartition(":")
+            if not sep or not colon or not path.strip():
+                raise ValueError(f"bad index entry {entry!r}: use corpus:BM25=folder or corpus:Dense=folder")
+            retriever = retriever.strip()
+            if retriever not in SAVED_INDEX_RETRIEVERS:
+                raise ValueError(f"bad index entry {entry!r}: saved indexes serve "
+                                 f"{' and '.join(SAVED_INDEX_RETRIEVERS)}, not {retriever!r}")
+            out[(name.strip(), retriever)] = path.strip()
         return out
 
     def dams(self) -> dict[str, str]:
@@ -330,6 +354,10 @@ class SearchEngine:
     def __init__(self, cfg: SpaceConfig):
         self.cfg = cfg
         self.corpora = cfg.corpus_map()  # name -> folder / Hub id: never shown to visitors
+        self.saved = cfg.index_map()  # (corpus name, retriever) -> saved index folder
+        unknown = sorted({n for n, _ in self.saved} - set(self.corpora))
+        if unknown:
+            raise ValueError(f"HF_DR_INDEXES names corpora that are not configured: {', '.join(unknown)}")
         self._corpora = BuildCache(cfg.cache_size, "corpus")
         self._models = BuildCache(None, "model")  # one per configured model / DAM: bounded by the configuration
         self._indexes = BuildCache(cfg.cache_size, "index")
@@ -351,6 +379,7 @@ class SearchEngine:
             if Path(path).exists():
                 known[str(Path(path).resolve())] = f"“{name}”"
         known.update({path: f"DAM “{name}”" for name, path in self.cfg.dams().items()})
+        known.update({path: f"the {r} index of “{n}”" for (n, r), path in self.saved.items()})
         for attr in ("dense_model", "splade_model", "berm_model", "ddr_rem", "ddr_dams", "qdrant_path",
                      "qdrant_edge", "qdrant_url"):
             v = getattr(self.cfg, attr)
@@ -438,6 +467,16 @@ class SearchEngine:
                                       doc_transform=(lambda d: d.multiply(weights).tocsr()) if idf else None)
                 for idf in (False, True)}
 
+    def _open_saved(self, folder: str, retriever: str, data):
+        """A saved index (``hf-dr index``) opened memory-mapped, checked against the corpus and the
+        model (another one's index is refused: the error goes to the log, visitors read a sentence)."""
+        from hf_dr.retrieval.saved import SavedIndex
+
+        saved = SavedIndex(folder)
+        if retriever == "BM25":
+            return saved.retriever(data=data)
+        return saved.retriever(self.dense_model(), data, batch_size=self.cfg.batch_size)
+
     def _qdrant(self):
         """The configured collection (only that one: visitors cannot point the Space elsewhere)."""
         from hf_dr.retrieval.qdrant import QdrantRetriever, open_store
@@ -485,6 +524,8 @@ class SearchEngine:
 
         def build():
             data = self.corpus(name)
+            if (name, retriever) in self.saved:
+                return self._open_saved(self.saved[(name, retriever)], retriever, data)
             if retriever == "BM25":
                 return self._build_bm25(data)
             if retriever == "SPLADE-CAI":
@@ -572,11 +613,15 @@ class SearchEngine:
         except TimeoutError:
             raise StillBuilding(f"The corpus “{name}” is being loaded: try again in a moment.") from None
         run = r.search({"q": query}, top_k)["q"]
-        pos = {d: i for i, d in enumerate(data.doc_ids())}
+        # the rows of the hits only, looked up in the memory-mapped corpus (nothing of its size is made)
+        pos = {d: i for d, i in zip(run, data.rows_of(list(run))) if i is not None}
         why: dict[str, tuple[str, str]] = {}
         if retriever == "BERM":
-            texts = data.doc_texts()
-            why = {d: _essential_unit(r.encoder, query, texts[pos[d]]) for d in run if d in pos}
+            def text(i):
+                row = data.corpus[i]
+                return (row["title"] + " " + row["text"]).strip()
+
+            why = {d: _essential_unit(r.encoder, query, text(pos[d])) for d in run if d in pos}
         elif retriever == "SPLADE-CAI":
             why = _matched_terms(r, query, [pos[d] for d in run], list(run))
         progress(1.0, desc="Done")

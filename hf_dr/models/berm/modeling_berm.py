@@ -32,6 +32,23 @@ except ImportError:  # loaded from the Hub without hf-dr: forward() is the whole
 __all__ = ["BERMEncoder", "BERMOutput"]
 
 
+def _read_prompts(model) -> None:
+    """The prompts saved in the config (``prompts``: ``query`` / ``document``) as the model's
+    ``query_prefix`` / ``doc_prefix``, the prompts hf-dr's encodings prepend."""
+    prompts = getattr(model.config, "prompts", None)
+    if isinstance(prompts, dict):
+        model.query_prefix, model.doc_prefix = prompts.get("query") or "", prompts.get("document") or ""
+
+
+def _write_prompts(model) -> None:
+    """The model's prompts (``query_prefix`` / ``doc_prefix``, when any) into its config, saved with it."""
+    q, d = getattr(model, "query_prefix", None) or "", getattr(model, "doc_prefix", None) or ""
+    if q or d:
+        model.config.prompts = {"query": q, "document": d}
+    elif hasattr(model.config, "prompts"):
+        del model.config.prompts
+
+
 @dataclass
 class BERMOutput(ModelOutput):
     """``embeddings`` ``[B, d]`` (the text representation ``t``) and, when asked for with
@@ -98,12 +115,14 @@ class BERMEncoder(EncoderMixin, PreTrainedModel):
                                                             config=model.config.backbone_config)
         except (OSError, ValueError):
             model.tokenizer = None
+        _read_prompts(model)
         return model
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         # auto_map in config.json + the code files beside the weights: trust_remote_code loading
         self.register_for_auto_class("AutoModel")
         self.config.register_for_auto_class()
+        _write_prompts(self)
         # a local backbone folder is recorded by its name only: no local path in config.json
         holders = [(self.config, "backbone_name_or_path"), (self.config.backbone_config, "_name_or_path")]
         saved = [(o, a, getattr(o, a, None)) for o, a in holders if o is not None]
@@ -120,6 +139,29 @@ class BERMEncoder(EncoderMixin, PreTrainedModel):
             self.tokenizer.save_pretrained(save_directory)
 
     # ------------------------------------------------------------------ Hub repo (``hf-dr push``)
+    @classmethod
+    def save_for_hub(cls, src, out, **options):
+        """Load the saved folder ``src`` and write its Hub repo to ``out``: the ``trust_remote_code``
+        folder of :meth:`save_pretrained`, which is also a Sentence Transformers folder (Transformer in
+        ``0_Transformer/`` sharing the root's weights, Pooling, Normalize for ``cos``; needs hf-dr).
+        Returns ``(model, {})``."""
+        try:  # hf-dr writes the folder (a Hub user without it has no use for this method)
+            from hf_dr.models.st_folder import write_dense_modules
+        except ImportError as e:
+            raise ImportError("save_for_hub needs hf-dr (pip install hf-dr)") from e
+
+        model = cls.from_pretrained(str(src))
+        model.save_pretrained(out, safe_serialization=True)
+        c = model.config
+        write_dense_modules(out, hidden_size=c.hidden_size, pooling=c.pooling, normalize=c.similarity == "cos",
+                            max_length=model.encoding_settings(False)["max_length"],
+                            max_query_length=model.encoding_settings(True)["max_length"],
+                            prompts={"query": getattr(model, "query_prefix", None) or "",
+                                     "document": getattr(model, "doc_prefix", None) or ""},
+                            similarity_fn_name="cosine" if c.similarity == "cos" else "dot",
+                            backbone_config=c.backbone_config, tokenizer=model.tokenizer, weights_prefix="backbone.")
+        return model, {}
+
     def card_variables(self, info: dict) -> dict:
         """The variables of ``model_cards/berm.md`` beyond the ones every card gets, from the
         config and ``info`` (the folder's ``train_info.json``, as examples/train_berm.py writes it)."""

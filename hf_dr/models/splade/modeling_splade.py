@@ -144,12 +144,20 @@ class SPLADECAI(EncoderMixin, PreTrainedModel):
                                                             config=model.config.backbone_config)
         except (OSError, ValueError):
             model.tokenizer = None
+        prompts = getattr(model.config, "prompts", None)  # the prompts hf-dr's encodings prepend
+        if isinstance(prompts, dict):
+            model.query_prefix, model.doc_prefix = prompts.get("query") or "", prompts.get("document") or ""
         return model
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         # auto_map in config.json + the code files beside the weights: trust_remote_code loading
         self.register_for_auto_class("AutoModel")
         self.config.register_for_auto_class()
+        q, d = getattr(self, "query_prefix", None) or "", getattr(self, "doc_prefix", None) or ""
+        if q or d:  # the model's prompts (hf-dr adapt --query-prompt ...) travel in its config
+            self.config.prompts = {"query": q, "document": d}
+        elif hasattr(self.config, "prompts"):
+            del self.config.prompts
         # a local backbone folder is recorded by its name only: no local path in config.json
         bb = getattr(self.config, "backbone_config", None)
         old_path = getattr(bb, "_name_or_path", None) if bb is not None else None
@@ -164,6 +172,21 @@ class SPLADECAI(EncoderMixin, PreTrainedModel):
             self.tokenizer.save_pretrained(save_directory)
 
     # ------------------------------------------------------------------ Hub repo (``hf-dr push``)
+    @classmethod
+    def save_for_hub(cls, src, out, **options):
+        """Load the saved folder ``src`` and write its Hub repo to ``out``: the ``trust_remote_code``
+        folder of :meth:`save_pretrained` (weights in two shards, ``mlm.*`` and ``idf``), which is also
+        a Sentence Transformers ``SparseEncoder`` folder (:func:`hf_dr.models.st_folder.write_splade_modules`;
+        needs hf-dr). Returns ``(model, {"st_unsupported": why})`` (``None`` when expressed)."""
+        try:  # hf-dr writes the folder (a Hub user without it has no use for this method)
+            from hf_dr.models.st_folder import write_splade_modules
+        except ImportError as e:
+            raise ImportError("save_for_hub needs hf-dr (pip install hf-dr)") from e
+
+        model = cls.from_pretrained(str(src))
+        model.save_pretrained(out, safe_serialization=True)
+        return model, {"st_unsupported": write_splade_modules(out, model)}
+
     def card_variables(self, info: dict) -> dict:
         """The variables of ``model_cards/splade_cai.md`` beyond the ones every card gets."""
         return dict(vocab_size=f"{self.config.vocab_size:,}")

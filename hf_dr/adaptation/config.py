@@ -1,0 +1,99 @@
+"""What ``hf-dr adapt`` is asked to do: :class:`AdaptConfig`, its refusal :class:`AdaptError`, and
+what a run derives from it (its work folder, the checkpoint interval, the precision). Each method's
+defaults fill it in :func:`hf_dr.adaptation.methods.with_method_defaults`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["AdaptConfig", "AdaptError", "CONFIG_FIELDS", "FALLBACKS", "default_work_dir", "work_dir", "eval_steps",
+           "dtype_name", "dtype_key", "training_precision"]
+
+#: what a method leaves unset when it has no value of its own (cai's chain, when asked for)
+FALLBACKS = {"mlm_steps": 1000, "expand_vocabulary": True}
+#: the configuration fields a benchmark row records (everything that changes the result)
+CONFIG_FIELDS = ("max_steps", "batch_size", "learning_rate", "max_length", "eval_steps", "dev_queries", "negatives",
+                 "k", "m", "bm25_top", "teacher", "mlm_steps", "expand_vocabulary", "delta_v", "margin_scale", "seed",
+                 "dtype")
+
+
+class AdaptError(ValueError):
+    """A configuration ``adapt`` refuses (printed as one line by the command line)."""
+
+
+@dataclass
+class AdaptConfig:
+    """Everything ``adapt`` depends on (``hf-dr adapt --help`` documents each flag)."""
+
+    data: str
+    model: str  # a folder or Hub id; a SentenceTransformer / SparseEncoder object (saved into the work folder)
+    method: str  # a registered method (hf_dr.adaptation.methods)
+    output: str
+    split: str = "train"
+    kind: str = "auto"  # how to read ``model``: auto | dense | sparse (an MLM checkpoint as SPLADE)
+    max_steps: int | None = None  # None: the method's default (Method.defaults)
+    batch_size: int = 8
+    learning_rate: float | None = None  # None: the method's default
+    max_length: int | None = None
+    eval_steps: int | None = None
+    dev_queries: int = 50
+    negatives: str = "simans"
+    k: int = 1
+    m: int = 10
+    bm25_top: int = 100
+    max_queries: int | None = None
+    teacher: str = "fusion"
+    dense_teacher: str | None = None
+    mlm_steps: int | None = None  # cai; None: the method's default (0)
+    expand_vocabulary: bool | None = None  # cai; None: the method's default (False)
+    delta_v: int = 3000
+    rem: str | None = None
+    margin_scale: float | str | None = None  # Margin-MSE: None = default_scale, "auto" = calibrated, or a factor
+    labels: str | None = None
+    bm25_index: str | None = None  # a saved BM25 index of the corpus (hf-dr index --backend bm25): the label stage's
+    seed: int = 0
+    overwrite: bool = False
+    work_dir: str | None = None
+    command: str | None = None
+    show_progress_bar: bool = False
+    dtype: str = "auto"  # auto | fp32 | bf16 | fp16: encoding and training precision (hf_dr.precision)
+    query_prompt: str | None = None  # prepended to the queries by the model (None: its own prompt; "": none)
+    document_prompt: str | None = None  # prepended to the documents (None: its own prompt; "": none)
+
+
+def default_work_dir(output: str | Path) -> Path:
+    """``.NAME.work`` beside the output folder ``NAME`` (outside it: the output is replaced whole)."""
+    out = Path(output).expanduser()
+    return out.with_name(f".{out.name}.work")
+
+
+def work_dir(cfg: AdaptConfig) -> Path:
+    """The run's work folder: ``cfg.work_dir``, or :func:`default_work_dir`."""
+    return Path(cfg.work_dir).expanduser() if cfg.work_dir else default_work_dir(cfg.output)
+
+
+def eval_steps(cfg: AdaptConfig) -> int:
+    """A checkpoint + dev evaluation every ``eval_steps``; by default every fifth of the run but not
+    more often than every 100 steps (every measured row's setting), never past the end."""
+    return min(cfg.eval_steps or max(100, cfg.max_steps // 5), cfg.max_steps)
+
+
+def dtype_name(cfg: AdaptConfig) -> str:
+    """``fp32`` / ``bf16`` / ``fp16``: what ``cfg.dtype`` resolves to here (recorded in the budget)."""
+    from ..precision import dtype_name as name
+
+    return name(cfg.dtype)
+
+
+def dtype_key(cfg: AdaptConfig) -> dict:
+    """``{"dtype": ...}`` in a stage's cache key when it is not fp32 (fp32 keeps the keys of before)."""
+    name = dtype_name(cfg)
+    return {"dtype": name} if name != "fp32" else {}
+
+
+def training_precision(cfg: AdaptConfig) -> dict:
+    """The Trainer's mixed-precision arguments for ``cfg.dtype`` (:func:`hf_dr.precision.training_precision`)."""
+    from ..precision import training_precision as precision
+
+    return precision(cfg.dtype)

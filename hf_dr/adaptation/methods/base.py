@@ -1,0 +1,193 @@
+"""The protocol of an adaptation method (:class:`Method`), what it is handed, and the one way to
+train on pseudo-label triplets (:class:`TripletMethod`)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...stage_cache import StageCache
+from ..config import AdaptConfig, eval_steps
+from ..student import save_model, with_prompts
+
+__all__ = ["Method", "TripletMethod", "TrainingSetup", "TrainInputs", "DevSet", "Prepared"]
+
+
+@dataclass
+class DevSet:
+    """The pseudo-labelled dev set (rows ``query_id, query, doc_id, doc, label``) that chooses the
+    checkpoint, and how a model is scored on it: nDCG@10, cached by the model's weights."""
+
+    rows: Any  # a datasets.Dataset
+    key: str  # the hash of its content (hf_dr.stage_cache.dataset_digest)
+    max_length: int
+    cache: StageCache
+    _evaluator: Any = field(default=None, init=False, repr=False)
+
+    def score(self, stage: str, model, fingerprint: str | None = None) -> float:
+        """``model``'s dev nDCG@10, cached as ``stage`` (``fingerprint``: the model's, when known)."""
+        from ...embeddings import model_fingerprint
+        from ...evaluation import RerankEvaluator
+
+        if self._evaluator is None:
+            self._evaluator = RerankEvaluator(self.rows, metrics=("ndcg@10",), max_length=self.max_length)
+        key = {"model": fingerprint or model_fingerprint(model), "dev": self.key, "max_length": self.max_length}
+        return self.cache.json(stage, key, lambda: float(self._evaluator(model)["ndcg@10"]))
+
+
+@dataclass
+class Prepared:
+    """What :meth:`Method.prepare` hands the training: the model it starts from, and what to report."""
+
+    model: Any
+    report: dict | None = None  # metrics.json's entry for the method (Method.report)
+    status: str | None = None  # "computed" / "cached" when the preparation is a stage of its own
+
+
+@dataclass
+class TrainInputs:
+    """Everything a method's training reads besides its configuration and its model."""
+
+    triplets: Any  # the pseudo-label triplets (a datasets.Dataset: query, pos, neg, pos_score, neg_score)
+    triplets_key: str  # the hash of their content
+    dev: DevSet
+    data: Any  # the target data (hf_dr.data.BeirData): its corpus; the test split is never read here
+    run_dir: Path  # checkpoints (a crashed run resumes from the newest complete one); ``selected/`` at the end
+    max_length: int
+    cache: StageCache
+    say: Callable[[str], None]
+
+
+class Method:
+    """One adaptation method: what it starts from, how it trains, what it outputs and says.
+
+    Set the class attributes, override what differs from the defaults below, and register the
+    class (:func:`~.registry.register_method`): ``hf-dr adapt --method NAME`` then runs it through
+    every stage (:mod:`hf_dr.adaptation.stages`), which names no method. Its training writes scored
+    checkpoints; the stages cache the run by its inputs, choose among the checkpoints (the
+    untrained model included), evaluate and write the output.
+    """
+
+    name: str = ""
+    #: what it trains with (``--help``, metrics.json and the card say it)
+    description: str = ""
+    #: the configuration of its measured row: AdaptConfig fields left at None take these values
+    defaults: Mapping[str, Any] = {}
+    #: AdaptConfig fields only this method reads -> what the flag sets (another method refuses them)
+    options: Mapping[str, str] = {}
+    #: False: training reads no triplet (only the dev set), and its cache key leaves them out
+    trains_on_triplets: bool = True
+    #: metrics.json holds an entry named after the method (:meth:`report`; None for the others)
+    reports: bool = False
+
+    def check(self, cfg: AdaptConfig) -> None:
+        """Refuse (:class:`~hf_dr.adaptation.config.AdaptError`) what this method cannot run, before any work."""
+
+    def load_student(self, cfg: AdaptConfig):
+        """The untrained starting model (a suite encoder)."""
+        from ...models import load_encoder
+
+        return load_encoder(cfg.model, kind=cfg.kind)
+
+    def prepare(self, cfg: AdaptConfig, student, data, max_length: int, work: Path, say) -> Prepared:
+        """The model training starts from (by default the student itself, which training copies)."""
+        return Prepared(student)
+
+    def train_key(self, cfg: AdaptConfig) -> dict:
+        """Parameters of the training's cache key beyond those every method has."""
+        return {}
+
+    def train(self, cfg: AdaptConfig, model, inputs: TrainInputs) -> dict:
+        """Train ``model`` (a copy: train it in place), a checkpoint ``inputs.run_dir/checkpoint-STEP``
+        every :func:`~hf_dr.adaptation.config.eval_steps`, each scored on ``inputs.dev``; save the
+        best as the output model to ``inputs.run_dir/selected`` (:meth:`save`). Returns the record
+        of the run: ``{"dev": {step: dev nDCG@10}, ...}`` (saved as its ``DONE.json``)."""
+        raise NotImplementedError
+
+    def checkpoint_to_model(self, init, checkpoint: Path):
+        """The model of a training checkpoint (``init``: the model training started from)."""
+        from ...training import load_checkpoint_into
+
+        model = copy.deepcopy(init)
+        load_checkpoint_into(model, checkpoint)
+        return model
+
+    def as_output(self, cfg: AdaptConfig, model):
+        """A trained model as the method outputs it."""
+        return model
+
+    def save(self, cfg: AdaptConfig, model, folder: Path) -> Path:
+        """A trained model, as the method outputs it, saved whole to ``folder`` with ``--query-prompt`` /
+        ``--document-prompt`` set (the saved model carries the prompts it is evaluated with)."""
+        return save_model(with_prompts(cfg, self.as_output(cfg, model)), folder)
+
+    def save_checkpoint(self, cfg: AdaptConfig, init, checkpoint: Path, folder: Path) -> Path:
+        """The model of a training checkpoint, saved whole to ``folder``."""
+        return self.save(cfg, self.checkpoint_to_model(init, checkpoint), folder)
+
+    def budget(self, cfg: AdaptConfig, record: dict) -> dict:
+        """The method's own entries of metrics.json's ``budget`` (e.g. ``mlm_steps``)."""
+        return {}
+
+    def report(self, cfg: AdaptConfig, student, prepared: Prepared) -> dict | None:
+        """metrics.json's entry named after the method (with :attr:`reports`)."""
+        return prepared.report
+
+    def card_rows(self, metrics: dict) -> list[str]:
+        """The method's rows of the card's training table (``| name | value |``)."""
+        return []
+
+
+@dataclass
+class TrainingSetup:
+    """How a :class:`TripletMethod` trains: its objective and what it reads."""
+
+    objective: Any  # objective(model, inputs) -> (loss, logs), as hf_dr.objectives
+    triplets: Any = None  # the triplets as the objective reads them (None: the labels' own)
+    collator: Any = None  # None: a RetrievalCollator for the model
+    teacher_scores: bool = False  # the batches carry the teacher's scores of each triplet
+    record: dict = field(default_factory=dict)  # kept in the run's record (e.g. Margin-MSE's scale)
+
+
+class TripletMethod(Method):
+    """A method that trains the student on the pseudo-label triplets with one objective
+    (:meth:`objective`), through :func:`hf_dr.labeling.finetune.train_on_pseudo_labels`: the one
+    :class:`~hf_dr.training.RetrievalTrainer`, the dev set scored at every checkpoint, the best
+    loaded at the end."""
+
+    def objective(self, cfg: AdaptConfig, model, inputs: TrainInputs) -> TrainingSetup:
+        raise NotImplementedError
+
+    def train(self, cfg: AdaptConfig, model, inputs: TrainInputs) -> dict:
+        from ...labeling.finetune import train_on_pseudo_labels
+        from ...training import last_complete_checkpoint, quiet_progress_bars
+
+        setup = self.objective(cfg, model, inputs)
+        run_dir, max_length = inputs.run_dir, inputs.max_length
+        last = last_complete_checkpoint(run_dir)
+        if last:
+            inputs.say(f"train: resuming from {Path(last).name} ({cfg.max_steps} steps in all)")
+        else:
+            inputs.say(f"train: {cfg.max_steps} steps ({cfg.method}, batch {cfg.batch_size}, "
+                       f"lr {cfg.learning_rate:g}, max length {max_length})")
+        if not cfg.show_progress_bar:
+            quiet_progress_bars()
+        model.train()
+        trainer = train_on_pseudo_labels(
+            model, inputs.triplets if setup.triplets is None else setup.triplets, run_dir, inputs.dev.rows,
+            objective=setup.objective, collator=setup.collator, teacher_scores=setup.teacher_scores,
+            max_length=max_length, learning_rate=cfg.learning_rate, batch_size=cfg.batch_size,
+            max_steps=cfg.max_steps, eval_steps=eval_steps(cfg), seed=cfg.seed,
+            logging_steps=max(1, min(50, cfg.max_steps // 10)), save_total_limit=None,
+            resume_from_checkpoint="last" if last else None, disable_tqdm=not cfg.show_progress_bar,
+            dtype=cfg.dtype)
+        model = trainer.model
+        model.eval()
+        dev = {int(e["step"]): float(e["eval_ndcg@10"]) for e in trainer.state.log_history if "eval_ndcg@10" in e}
+        if dev:  # the best checkpoint is loaded at the end of training
+            self.save(cfg, model, run_dir / "selected")
+        best = trainer.state.best_model_checkpoint
+        return {"dev": dev, **setup.record, "best_checkpoint": Path(best).name if best else None}

@@ -1,0 +1,50 @@
+"""``pseudo-margin-mse``: Margin-MSE on the teacher's scores of the pseudo-label triplets (as GPL does)."""
+
+from __future__ import annotations
+
+from .base import TrainingSetup, TripletMethod
+from .registry import register_method
+
+
+@register_method
+class PseudoMarginMSE(TripletMethod):
+    name = "pseudo-margin-mse"
+    description = "Margin-MSE on the teacher's scores of the DoDress pseudo-label triplets (as GPL does)"
+    defaults = {"max_steps": 500, "learning_rate": 2e-5}
+    options = {"margin_scale": "--margin-scale sets Margin-MSE's factor"}
+
+    def train_key(self, cfg) -> dict:
+        return {"margin_scale": cfg.margin_scale}
+
+    def objective(self, cfg, model, inputs) -> TrainingSetup:
+        from ...objectives import MarginMSEObjective
+
+        scale = self.margin_scale(cfg, model, inputs)
+        return TrainingSetup(MarginMSEObjective(scale=scale), teacher_scores=True, record={"margin_scale": scale})
+
+    @staticmethod
+    def margin_scale(cfg, model, inputs) -> float:
+        """Margin-MSE's factor on the student's scores: ``--margin-scale`` as given, ``auto``
+        (:func:`~hf_dr.labeling.finetune.calibrate_margin_scale`: the student's margins put on the
+        teacher's scale), or by default :func:`~hf_dr.labeling.finetune.default_scale`."""
+        from ...labeling.finetune import calibrate_margin_scale, default_scale
+
+        if cfg.margin_scale is None:
+            return default_scale(model)
+        if cfg.margin_scale == "auto":
+            scale = calibrate_margin_scale(model, inputs.triplets, seed=cfg.seed, batch_size=cfg.batch_size,
+                                           max_length=inputs.max_length)
+            inputs.say(f"train: margin scale {scale:.3g} (mean teacher margin / mean student margin on 256 "
+                       "training triplets)")
+            return scale
+        return float(cfg.margin_scale)
+
+    def budget(self, cfg, record: dict) -> dict:
+        return {"margin_scale": record.get("margin_scale")}
+
+    def card_rows(self, metrics: dict) -> list[str]:
+        scale = metrics["budget"].get("margin_scale")
+        if scale is None:
+            return []
+        return [f"| Margin-MSE scale | the student's scores x {scale:.3g} before their margins are matched to the "
+                "teacher's |"]
