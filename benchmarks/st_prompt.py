@@ -84,7 +84,8 @@ def main() -> None:
            "command": command_line(), "machine": machine(),
            "metrics": {"hf_dr_ndcg@10": round(ours, 4), "st_ndcg@10": round(peer, 4),
                        "abs_diff": round(abs(ours - peer), 6), "no_prompt_ndcg@10": round(plain, 4),
-                       "manifest_prompts": list(recorded)},
+                       "manifest_records_prompts": recorded == (QUERY_PROMPT, DOC_PROMPT)},
+           "manifest_prompts": list(recorded),
            "target": "equal to 4 decimals; the manifest records both prompts"}
     print(json.dumps(row, indent=1))
     if recorded != (QUERY_PROMPT, DOC_PROMPT):

@@ -81,6 +81,8 @@ class BM25Index:
 
     #: bm25s' own files of a saved index, in ``folder/BM25S_DIR``
     BM25S_DIR = "bm25s"
+    #: postings a group of queries touches at most (the sparse product's intermediate: ~12 bytes each)
+    MAX_ENTRIES = 2_000_000
 
     def __init__(self, doc_ids: Sequence[str], texts: Iterable[str], *, stemmer: str | None = "english",
                  stopwords: str | list[str] | None = "en", k1: float = 1.5, b: float = 0.75,
@@ -183,7 +185,8 @@ class BM25Index:
             indptr = np.concatenate([[0], np.cumsum([len(tokens[i]) for i in keep])])
             Q = sp.csr_matrix((np.ones(len(ids), np.float32), np.asarray(ids, np.int64), indptr),
                               shape=(len(keep), self._postings().vocab_size))
-            run.update(self._postings().search(Q, [qids[i] for i in keep], top_k=k, canonical=False))
+            run.update(self._postings().search(Q, [qids[i] for i in keep], top_k=k, canonical=False,
+                                               max_entries=self.MAX_ENTRIES))
             return run
         docs, scores = self.retriever.retrieve([tokens[i] for i in keep], k=k, show_progress=show_progress_bar,
                                                n_threads=n_threads, return_as="tuple")
