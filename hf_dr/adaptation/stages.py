@@ -311,13 +311,13 @@ def evaluate(run: Run, chosen: Selection) -> Evaluation:
 def _evaluate_cached(cache: StageCache, model, test) -> dict:
     """``{"aggregate", "per_query", "n_queries"}`` of ``model`` on the test split (the one
     :func:`hf_dr.evaluation.evaluate` path), cached by the model's weights and the test data."""
-    from ..embeddings import corpus_fingerprint, model_fingerprint
+    from ..embeddings import model_fingerprint
     from ..evaluation import evaluate
     from ..precision import dtype_name as precision_name
     from ..precision import encoding_dtype
     from ..retrieval import EncoderRetriever
 
-    _, corpus_fp = corpus_fingerprint(zip(test.doc_ids(), test.doc_texts()))
+    corpus_fp = test.corpus_fingerprint()
     dt = precision_name(encoding_dtype(model))
     key = {"model": model_fingerprint(model), "corpus": corpus_fp, "qrels": digest(test.qrels),
            "queries": digest(test.split_queries()), "metrics": list(METRICS), **({"dtype": dt} if dt != "fp32" else {})}

@@ -43,12 +43,11 @@ class SpladeCAI(TripletMethod):
     def prepare(self, cfg, student, data, max_length: int, work: Path, say) -> Prepared:
         """The CAI chain's target-corpus stages by :func:`run_cai`, cached in a folder keyed on the
         backbone's files, the corpus and the parameters: the SPLADE model training starts from."""
-        from ...embeddings import corpus_fingerprint
         from ...models import check_model
         from ...models.splade import SPLADECAI
         from ..cai import CAIArguments, run_cai
 
-        _, corpus_fp = corpus_fingerprint(zip(data.doc_ids(), data.doc_texts()))
+        corpus_fp = data.corpus_fingerprint()
         local = Path(str(cfg.model)).expanduser()
         params = {"backbone": folder_fingerprint(local) if local.exists() else str(cfg.model), "corpus": corpus_fp,
                   "vocab": cfg.expand_vocabulary, "delta_v": cfg.delta_v, "mlm_steps": cfg.mlm_steps,
