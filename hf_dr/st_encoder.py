@@ -87,6 +87,8 @@ class SentenceTransformerEncoder(nn.Module, EncoderMixin):
         sim = getattr(model, "_similarity_fn_name", None)
         sim = getattr(sim, "value", sim)
         self.normalize = not self.output_is_sparse and ("Normalize" in names or str(sim).lower() == "cosine")
+        #: cosine without a Normalize module: the forward normalises (decided once, not per batch)
+        self._normalize_output = self.normalize and "Normalize" not in names
         self.similarity_fn_name = sim or ("dot" if self.output_is_sparse or not self.normalize else "cosine")
         pooling = next((m for m in mods if type(m).__name__ == "Pooling"), None)
         mode = getattr(pooling, "pooling_mode", None)
@@ -100,16 +102,12 @@ class SentenceTransformerEncoder(nn.Module, EncoderMixin):
         self.max_query_length = getattr(first, "query_length", None) or model.max_seq_length or None
         self.config = getattr(getattr(model, "transformers_model", None), "config", None)
 
-    @property
-    def normalizes_itself(self) -> bool:
-        return any(type(m).__name__ == "Normalize" for m in _modules(self.model))
-
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, is_query: bool = False) -> torch.Tensor:
         features = {"input_ids": input_ids, "attention_mask": attention_mask}
         out = self.model(features, task="query" if is_query else "document")["sentence_embedding"]
         if out.is_sparse:  # SparseEncoder modules that sparsify (max_active_dims, CSR autoencoders)
             out = out.to_dense()
-        if self.normalize and not self.normalizes_itself:  # cosine without a Normalize module
+        if self._normalize_output:  # cosine without a Normalize module
             out = nn.functional.normalize(out, dim=-1)
         return out
 

@@ -188,3 +188,15 @@ def test_an_hf_dr_output_loaded_in_sentence_transformers_comes_back_alike(kind, 
     dense = (lambda x: x) if kind == "dense" else (lambda x: x.toarray())
     np.testing.assert_allclose(dense(enc.encode_query(long_query)), dense(model.encode_queries(long_query)), atol=1e-5)
     np.testing.assert_allclose(dense(enc.encode_document(DOCS)), dense(model.encode_corpus(DOCS)), atol=1e-5)
+
+
+def test_a_cosine_object_without_normalize_is_scored_by_cosine(tiny_bert_dir):
+    """A model whose similarity is cosine but has no Normalize module: hf-dr retrieves by inner product,
+    so the wrapper encodes unit vectors; their scores are Sentence Transformers' cosine similarity."""
+    st = _dense(tiny_bert_dir, similarity="cosine")
+    enc = as_encoder(st)
+    q, d = enc.encode_query(QUERIES), enc.encode_document(DOCS)
+    np.testing.assert_allclose(np.linalg.norm(q, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(q @ d.T, st.similarity(st.encode_query(QUERIES), st.encode_document(DOCS)).numpy(),
+                               atol=1e-5)
+    assert not np.allclose(np.linalg.norm(st.encode_query(QUERIES), axis=1), 1.0, atol=1e-3)  # ST's own are not unit
