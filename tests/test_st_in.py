@@ -200,3 +200,17 @@ def test_a_cosine_object_without_normalize_is_scored_by_cosine(tiny_bert_dir):
     np.testing.assert_allclose(q @ d.T, st.similarity(st.encode_query(QUERIES), st.encode_document(DOCS)).numpy(),
                                atol=1e-5)
     assert not np.allclose(np.linalg.norm(st.encode_query(QUERIES), axis=1), 1.0, atol=1e-3)  # ST's own are not unit
+
+
+def test_a_sparse_object_searches_an_existing_index(tiny_bert_dir):
+    """``EncoderRetriever.from_index`` with a SparseEncoder object: the retriever is sparse (the object
+    gains ``output_is_sparse`` only when wrapped) and ranks as the retriever that built the index."""
+    from hf_dr.retrieval import EncoderRetriever
+
+    st = _sparse(tiny_bert_dir)
+    ids = [f"d{i}" for i in range(len(DOCS))]
+    built = EncoderRetriever.from_corpus(st, ids, DOCS, show_progress_bar=False)
+    r = EncoderRetriever.from_index(st, built.index)
+    assert r.sparse and r.name == "sparse"
+    queries = {"q0": QUERIES[0], "q1": QUERIES[1]}
+    assert r.search(queries, k=3) == built.search(queries, k=3)

@@ -138,7 +138,8 @@ class EncoderRetriever(Retriever):
         from ..st_encoder import as_encoder
 
         self = cls.__new__(cls)
-        self.encoder, self.index, self.doc_ids = as_encoder(encoder), index, index.doc_ids
+        self.encoder = encoder = as_encoder(encoder)  # a SparseEncoder object is sparse only once wrapped
+        self.index, self.doc_ids = index, index.doc_ids
         self.sparse = bool(getattr(encoder, "output_is_sparse", False))
         self.query_settings = dict(query_settings or {})
         self.batch_size, self.max_query_length = batch_size, max_query_length
