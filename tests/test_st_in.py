@@ -214,3 +214,17 @@ def test_a_sparse_object_searches_an_existing_index(tiny_bert_dir):
     assert r.sparse and r.name == "sparse"
     queries = {"q0": QUERIES[0], "q1": QUERIES[1]}
     assert r.search(queries, k=3) == built.search(queries, k=3)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_objects_encode_in_reduced_precision(dtype, st_dense, tiny_bert_dir):
+    """The GPU's autocast paths, on CPU autocast: a wrapped object's dense and sparse vectors in bf16 / fp16
+    come back float32 and follow fp32's."""
+    enc = as_encoder(st_dense)
+    q32, q = enc.encode_query(QUERIES, dtype="fp32"), enc.encode_query(QUERIES, dtype=dtype)
+    assert q.dtype == np.float32
+    np.testing.assert_allclose(q, q32, atol=5e-2)
+    sp_enc = as_encoder(_sparse(tiny_bert_dir))
+    d32, d = sp_enc.encode_document(DOCS, dtype="fp32"), sp_enc.encode_document(DOCS, dtype=dtype)
+    assert d.dtype == np.float32 and d.nnz > 0
+    np.testing.assert_allclose(d.toarray(), d32.toarray(), atol=5e-2 * max(1.0, abs(d32).max()))
