@@ -289,6 +289,22 @@ def test_space_folder_for_the_hub(tmp_path):
     assert "faiss-cpu" in reqs and "bm25s" in reqs
 
 
+def test_space_requirements_have_the_package_floors():
+    """The Space's requirements.txt asks for what pyproject.toml asks for, floor for floor."""
+    tomllib = pytest.importorskip("tomllib")
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    specs = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
+    floors = {canonicalize_name(r.name): str(r.specifier) for r in map(Requirement, specs)}
+    lines = [ln.strip() for ln in (APP.parent / "requirements.txt").read_text().splitlines()]
+    reqs = [Requirement(ln) for ln in lines if ln and not ln.startswith("#")]
+    assert len(reqs) > 10
+    for r in reqs:
+        assert str(r.specifier) == floors.get(canonicalize_name(r.name)), r.name
+
+
 @pytest.mark.skipif(find_chromium() is None, reason="Debian's chromium is not installed (apt-get install -y chromium)")
 def test_headless_chromium_types_a_query_and_sees_results(tmp_path):
     """What benchmarks/space_screenshot.py does for docs/img/search_demo.png, on a small corpus with BM25."""
