@@ -156,19 +156,13 @@ def test_against_a_real_server(setup):
 
 
 def test_the_space_searches_only_its_configured_collection(setup, tmp_path, tiny_bert_dir):
-    pytest.importorskip("gradio")
-    import sys
-
-    from .conftest import REPO
-
-    sys.path.insert(0, str(REPO / "spaces" / "search_demo"))
-    import app
+    from hf_dr.serving import SearchEngine, ServingConfig, available_retrievers
 
     s = setup
-    cfg = app.SpaceConfig(corpus=str(SAMPLE), dense_model=str(tiny_bert_dir), splade_model=None,
-                          qdrant_path=str(tmp_path / "q"), qdrant_collection="sample")
-    assert "Qdrant" in app.available_retrievers(cfg)[0]
-    engine = app.SearchEngine(cfg)
+    cfg = ServingConfig(corpus=str(SAMPLE), dense_model=str(tiny_bert_dir), splade_model=None,
+                        qdrant_path=str(tmp_path / "q"), qdrant_collection="sample")
+    assert "Qdrant" in available_retrievers(cfg)[0]
+    engine = SearchEngine(cfg)
     emb = encode_to_folder(engine.dense_model(), SAMPLE, tmp_path / "emb", show_progress_bar=False)
     store = ClientStore("sample", path=str(tmp_path / "q"))
     index_embeddings(store, [emb], show_progress_bar=False)

@@ -319,23 +319,22 @@ def test_label_with_a_saved_bm25_index_labels_as_with_a_built_one(data, models, 
 
 
 def test_the_space_opens_saved_indexes_instead_of_building(tiny_bert_dir, tmp_path, monkeypatch):
-    pytest.importorskip("gradio")
     from hf_dr.models import load_encoder
+    from hf_dr.serving import SearchEngine, ServingConfig
 
-    from .test_space import QUERY, _load_app, _small_beir
+    from .test_serving import QUERY, small_beir
 
-    app = _load_app()
-    folder = _small_beir(tmp_path / "small")
+    folder = small_beir(tmp_path / "small")
     small = load_beir(folder, split=None)
     save_bm25_index(small, tmp_path / "bm25", show_progress_bar=False)
     emb = encode_to_folder(load_encoder(str(tiny_bert_dir), kind="dense"), folder, tmp_path / "emb",
                            show_progress_bar=False)  # the Space's dense model, as it loads it
     save_dense_index(emb, tmp_path / "flat", show_progress_bar=False)
     with pytest.raises(ValueError, match="saved indexes serve BM25 and Dense"):
-        app.SpaceConfig(indexes="small:BERM=x").index_map()
-    cfg = app.SpaceConfig(corpus=str(folder), prebuild=None, splade_model=None, dense_model=str(tiny_bert_dir),
-                          indexes=f"small:BM25={tmp_path / 'bm25'}; small:Dense={tmp_path / 'flat'}")
-    engine = app.SearchEngine(cfg)
+        ServingConfig(indexes="small:BERM=x").index_map()
+    cfg = ServingConfig(corpus=str(folder), prebuild=None, splade_model=None, dense_model=str(tiny_bert_dir),
+                        indexes=f"small:BM25={tmp_path / 'bm25'}; small:Dense={tmp_path / 'flat'}")
+    engine = SearchEngine(cfg)
 
     def built(*a, **k):
         raise AssertionError("the Space built an index")
@@ -348,4 +347,8 @@ def test_the_space_opens_saved_indexes_instead_of_building(tiny_bert_dir, tmp_pa
     assert len(engine.search("small", "Dense", QUERY, top_k=5, wait=60)) == 5
     assert len(engine.search("small", "Hybrid (BM25 + dense)", QUERY, top_k=5, wait=60)) == 5
     with pytest.raises(ValueError, match="names corpora that are not configured"):
-        app.SearchEngine(app.SpaceConfig(corpus=str(folder), prebuild=None, indexes=f"nope:BM25={tmp_path / 'bm25'}"))
+        SearchEngine(ServingConfig(corpus=str(folder), prebuild=None, indexes=f"nope:BM25={tmp_path / 'bm25'}"))
+    save_bm25_index(small, tmp_path / "bm25-raw", stemmer=None, show_progress_bar=False)
+    raw = SearchEngine(ServingConfig(corpus=str(folder), prebuild=None, indexes=f"small:BM25={tmp_path / 'bm25-raw'}"))
+    with pytest.raises(SavedIndexError, match="--bm25-stemmer"):  # not the tokenisation of the BM25 it stands for
+        raw.search("small", "BM25", QUERY, wait=60)

@@ -3,8 +3,9 @@ GRADIO_SERVER_PORT), query it through gradio_client, check the ranked lists and 
 messages for bad input (empty query, a corpus that is not configured, a DAM that does not fit).
 
 And as an untrusted visitor uses it: every endpoint refuses corpora the owner did not configure
-(other folders, ``../``, Hub ids), no message carries a server path, a build on one corpus does not
-hold up searches on another, and built indexes live in a bounded cache."""
+(other folders, ``../``, Hub ids) and no message carries a server path. The engine behind the page
+(``hf_dr.serving``: background builds, the bounded cache, highlighting) is tested without Gradio in
+test_serving.py."""
 
 from __future__ import annotations
 
@@ -16,19 +17,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import REPO, SAMPLE
+from tests.conftest import REPO, SAMPLE, SPLADE_TINY
+from tests.test_serving import QUERY, small_beir
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from space_screenshot import APP, find_chromium, screenshot, start_app, stop_app  # noqa: E402  (the same driver as the docs)
-
-
-def _small_beir(path: Path, n_docs: int = 60) -> Path:
-    """The first documents of the bundled sample (plus every query): a corpus that encodes in seconds."""
-    path.mkdir(parents=True)
-    lines = (SAMPLE / "corpus.jsonl").read_text().splitlines()[:n_docs]
-    (path / "corpus.jsonl").write_text("\n".join(lines) + "\n")
-    (path / "queries.jsonl").write_text((SAMPLE / "queries.jsonl").read_text())
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +42,7 @@ def space(tiny_bert_dir, tmp_path_factory):
     cfg = BertConfig.from_pretrained(tiny_bert_dir)
     cfg.hidden_size, cfg.intermediate_size = 48, 96
     BertForMaskedLM(cfg).save_pretrained(tmp / "dams" / "wrong-size")
-    corpus = _small_beir(tmp / "corpus")
+    corpus = small_beir(tmp / "corpus")
     env = {"HF_HUB_OFFLINE": "1", "HF_DR_CORPUS": str(corpus), "HF_DR_DENSE_MODEL": str(tiny_bert_dir),
            "HF_DR_SPLADE_MODEL": str(tmp / "splade"), "HF_DR_DDR_REM": str(tmp / "rem"),
            "HF_DR_DDR_DAMS": str(tmp / "dams"), "HF_DR_DEVICE": "cpu", "OMP_NUM_THREADS": "1",
@@ -69,8 +62,6 @@ def _query(space, retriever, query, *, corpus="corpus", dam="source DAM (the REM
     status, html, table = space["client"].predict(corpus, retriever, dam, idf, k, query, api_name="/search")
     return status, html, table["data"] if isinstance(table, dict) else table
 
-
-QUERY = "vitamin D deficiency and bone loss"
 
 
 def test_bm25_ranked_list_matches_the_library(space):
@@ -165,15 +156,11 @@ def app():
     return _load_app()
 
 
-def _config(app, corpus: Path, **kw):
-    return app.SpaceConfig(corpus=str(corpus), prebuild=None, dense_model="unused", splade_model=None, **kw)
-
-
 def test_every_endpoint_serves_only_the_configured_corpus(app, tmp_path, monkeypatch, tiny_bert_dir):
     """The acceptance test: the Space started with HF_DR_CORPUS set never returns text from any
     other folder, whatever a client sends to any of its endpoints (each registered function of the
     Blocks, called with hostile values in every argument)."""
-    corpus = _small_beir(tmp_path / "corpus")
+    corpus = small_beir(tmp_path / "corpus")
     other = _marked_beir(tmp_path / "other")
     for k in ("HF_DR_CORPORA", "HF_DR_SPACE_CONFIG", "HF_DR_PREBUILD"):
         monkeypatch.delenv(k, raising=False)
@@ -214,7 +201,7 @@ def test_every_endpoint_serves_only_the_configured_corpus(app, tmp_path, monkeyp
 
 
 def test_the_corpus_list_shows_names_never_paths(app, tmp_path, monkeypatch):
-    a, b = _small_beir(tmp_path / "a"), _small_beir(tmp_path / "b")
+    a, b = small_beir(tmp_path / "a"), small_beir(tmp_path / "b")
     monkeypatch.delenv("HF_DR_CORPUS", raising=False)
     monkeypatch.delenv("HF_DR_SPACE_CONFIG", raising=False)
     monkeypatch.setenv("HF_DR_CORPORA", f"alpha={a};\n beta = {b} ;")
@@ -231,7 +218,7 @@ def test_the_corpus_list_shows_names_never_paths(app, tmp_path, monkeypatch):
 
 
 def test_errors_shown_to_visitors_carry_no_server_path(app, tmp_path, monkeypatch, caplog):
-    good = _small_beir(tmp_path / "good")
+    good = small_beir(tmp_path / "good")
     broken = tmp_path / "private" / "broken"
     broken.mkdir(parents=True)
     (broken / "notes.txt").write_text("not a corpus")
@@ -251,91 +238,6 @@ def test_errors_shown_to_visitors_carry_no_server_path(app, tmp_path, monkeypatc
     for s in (status, status2, status3, status4):
         assert str(tmp_path) not in s and "private" not in s and "Traceback" not in s and "⚠️" in s
     assert str(tmp_path) in caplog.text  # ... the detail is in the server log
-    assert app._redact_paths("/srv/data/x.jsonl:3: bad, ../up/x and ./a/b; owner/name N/A") == \
-        "<path> bad, <path> and <path>; owner/name N/A"
-
-
-def test_a_build_does_not_hold_up_searches_on_other_corpora(app, tmp_path, monkeypatch):
-    """While corpus B's index is being built (held open by an Event), a BM25 search on corpus A
-    answers, and a search on B says the index is being built (without waiting for it)."""
-    a, b = _small_beir(tmp_path / "a"), _small_beir(tmp_path / "b", n_docs=40)
-    cfg = app.SpaceConfig(corpus="", corpora=f"A={a};B={b}", prebuild=None, build_wait=0)
-    engine = app.SearchEngine(cfg)
-    demo = app.build_demo(cfg, engine=engine)
-    search = next(f.fn for f in demo.fns.values() if f.api_name == "search")
-    assert len(engine.search("A", "BM25", QUERY, top_k=3, wait=60)) == 3  # A is built
-
-    started, release = __import__("threading").Event(), __import__("threading").Event()
-    real = engine._build_bm25
-
-    def slow_build(data):
-        started.set()
-        assert release.wait(60), "the test never released the build"
-        return real(data)
-
-    monkeypatch.setattr(engine, "_build_bm25", slow_build)
-    status, _, rows = search("B", "BM25", None, True, 5, QUERY)  # starts B's build, does not wait (build_wait=0)
-    assert started.wait(60)
-    assert "being built" in status and "“B”" in status and rows == [] and str(b) not in status
-    try:
-        assert engine._indexes.building() == [("B", "bm25")]
-        status, _, rows = search("A", "BM25", None, True, 5, QUERY)  # answers while B is still being built
-        assert len(rows) == 5 and "⚠️" not in status
-        assert engine._indexes.building() == [("B", "bm25")] and not release.is_set()
-        status, _, rows = search("B", "BM25", None, True, 5, QUERY)  # one build per key: still the same one
-        assert "being built" in status
-    finally:
-        release.set()
-    assert engine._indexes.wait_built(("B", "bm25"), timeout=60)
-    status, _, rows = search("B", "BM25", None, True, 5, QUERY)
-    assert len(rows) == 5 and "“B”" in status
-
-
-def test_a_failed_build_is_reported_and_retried(app, tmp_path, monkeypatch):
-    a = _small_beir(tmp_path / "a")
-    engine = app.SearchEngine(app.SpaceConfig(corpus=str(a), prebuild=None))
-    calls = []
-    real = engine._build_bm25
-
-    def flaky(data):
-        calls.append(1)
-        if len(calls) == 1:
-            raise OSError(f"disk full at {tmp_path}")
-        return real(data)
-
-    monkeypatch.setattr(engine, "_build_bm25", flaky)
-    with pytest.raises(OSError):
-        engine.search("a", "BM25", QUERY, wait=60)
-    assert ("a", "bm25") not in engine._indexes._ready
-    assert len(engine.search("a", "BM25", QUERY, top_k=2, wait=60)) == 2 and len(calls) == 2
-
-
-def test_built_indexes_live_in_a_bounded_lru_cache(app, tmp_path, monkeypatch):
-    dirs = {n: _small_beir(tmp_path / n, n_docs=20) for n in "abc"}
-    monkeypatch.setenv("HF_DR_CACHE_SIZE", "2")
-    monkeypatch.setenv("HF_DR_CORPORA", ";".join(f"{n}={p}" for n, p in dirs.items()))
-    monkeypatch.setenv("HF_DR_PREBUILD", "")
-    monkeypatch.delenv("HF_DR_CORPUS", raising=False)
-    monkeypatch.delenv("HF_DR_SPACE_CONFIG", raising=False)
-    cfg = app.SpaceConfig.from_env()
-    assert cfg.cache_size == 2 and not cfg.prebuild
-    engine = app.SearchEngine(cfg)
-    for n in "abc":
-        assert engine.search(n, "BM25", QUERY, top_k=1, wait=60)
-    assert engine._indexes.keys() == [("b", "bm25"), ("c", "bm25")] and engine._indexes.evicted == 1
-    assert len(engine._corpora.keys()) == 2
-    assert engine.search("b", "BM25", QUERY, top_k=1, wait=60)  # b is now the most recently used ...
-    assert engine.search("a", "BM25", QUERY, top_k=1, wait=60)  # ... so a's rebuild evicts c
-    assert engine._indexes.keys() == [("b", "bm25"), ("a", "bm25")] and engine._indexes.evicted == 2
-
-
-def test_prebuild_builds_the_configured_corpora_in_the_background(app, tmp_path):
-    a, b = _small_beir(tmp_path / "a", n_docs=20), _small_beir(tmp_path / "b", n_docs=20)
-    engine = app.SearchEngine(app.SpaceConfig(corpus="", corpora=f"a={a};b={b}", prebuild="BM25, Nope",
-                                              cache_size=4))
-    t = engine.prebuild()
-    t.join(60)
-    assert not t.is_alive() and sorted(engine._indexes.keys()) == [("a", "bm25"), ("b", "bm25")]
 
 
 def _load_app():
@@ -346,17 +248,6 @@ def _load_app():
     return mod
 
 
-def test_berm_is_hidden_with_a_note_when_unavailable(monkeypatch):
-    app = _load_app()
-    cfg = app.SpaceConfig(berm_model="some/berm", ddr_rem=None)
-    monkeypatch.setattr(app, "berm_status", lambda: (False, "BERM is not available in this installation."))
-    choices, notes = app.available_retrievers(cfg)
-    assert "BERM" not in choices and "DDR" not in choices
-    assert any("BERM" in n and "not available" in n for n in notes) and any("HF_DR_DDR_REM" in n for n in notes)
-    monkeypatch.setattr(app, "berm_status", lambda: (True, ""))
-    assert "BERM" in app.available_retrievers(cfg)[0]
-
-
 def test_config_from_env_and_file(tmp_path, monkeypatch):
     app = _load_app()
     (tmp_path / "dams" / "bio").mkdir(parents=True)
@@ -365,8 +256,16 @@ def test_config_from_env_and_file(tmp_path, monkeypatch):
     (tmp_path / "cfg.json").write_text(json.dumps({"top_k": 7, "ddr_dams": str(tmp_path / "dams")}))
     monkeypatch.setenv("HF_DR_SPACE_CONFIG", str(tmp_path / "cfg.json"))
     monkeypatch.setenv("HF_DR_DENSE_MODEL", "/some/model")
+    monkeypatch.setenv("HF_DR_CACHE_SIZE", "2")
+    monkeypatch.setenv("HF_DR_PREBUILD", "")
+    monkeypatch.setenv("HF_DR_CONCURRENCY", "3")
     cfg = app.SpaceConfig.from_env()
     assert cfg.top_k == 7 and cfg.dense_model == "/some/model" and cfg.dams() == {"bio": str(tmp_path / "dams" / "bio")}
+    assert cfg.cache_size == 2 and cfg.prebuild is None and cfg.concurrency == 3
+    from hf_dr.serving import ServingConfig
+
+    assert isinstance(cfg, ServingConfig) and ServingConfig().splade_model is None  # the Space has a default SPLADE
+    assert app.SpaceConfig().splade_model in (str(SPLADE_TINY), "naver/splade-cocondenser-ensembledistil")
     assert app.SpaceConfig(ddr_dams="a=/x, b=/y").dams() == {"a": "/x", "b": "/y"}
     assert Path(app.SpaceConfig().corpus) == SAMPLE
 
@@ -380,6 +279,7 @@ def test_space_folder_for_the_hub(tmp_path):
     assert cli(["push", str(APP.parent), "--space", "--local-dir", str(out)]) == 0
     assert {"app.py", "requirements.txt", "README.md"} <= {p.name for p in out.iterdir()}
     assert (out / "hf_dr" / "models" / "ddr" / "modeling_ddr.py").is_file()  # the package travels with the app
+    assert (out / "hf_dr" / "serving" / "engine.py").is_file()  # ... the engine behind the page included
     assert (out / "hf_dr" / "data" / "sample" / "scifact-mini" / "corpus.jsonl").is_file()
     assert not list(out.rglob("__pycache__"))
     meta = RepoCard.load(out / "README.md").data.to_dict()
@@ -389,10 +289,26 @@ def test_space_folder_for_the_hub(tmp_path):
     assert "faiss-cpu" in reqs and "bm25s" in reqs
 
 
+def test_space_requirements_have_the_package_floors():
+    """The Space's requirements.txt asks for what pyproject.toml asks for, floor for floor."""
+    tomllib = pytest.importorskip("tomllib")
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    specs = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
+    floors = {canonicalize_name(r.name): str(r.specifier) for r in map(Requirement, specs)}
+    lines = [ln.strip() for ln in (APP.parent / "requirements.txt").read_text().splitlines()]
+    reqs = [Requirement(ln) for ln in lines if ln and not ln.startswith("#")]
+    assert len(reqs) > 10
+    for r in reqs:
+        assert str(r.specifier) == floors.get(canonicalize_name(r.name)), r.name
+
+
 @pytest.mark.skipif(find_chromium() is None, reason="Debian's chromium is not installed (apt-get install -y chromium)")
 def test_headless_chromium_types_a_query_and_sees_results(tmp_path):
     """What benchmarks/space_screenshot.py does for docs/img/search_demo.png, on a small corpus with BM25."""
-    corpus = _small_beir(tmp_path / "corpus")
+    corpus = small_beir(tmp_path / "corpus")
     proc, port = start_app({"HF_DR_CORPUS": str(corpus), "HF_HUB_OFFLINE": "1",
                                              "OMP_NUM_THREADS": "1"}, log_path=tmp_path / "app.log")
     try:
