@@ -77,7 +77,7 @@ def train_models(a, log) -> dict:
 def diagnostics(a, models: dict, log) -> None:
     from hf_dr.analysis import berm_diagnostics, plot_berm_diagnostics
     from hf_dr.data import load_beir, triplets_from_qrels
-    from hf_dr.data.units import annotate_units
+    from hf_dr.labeling.units import annotate_units
     from hf_dr.models.berm import BERMEncoder
 
     data = load_beir(SHARED / "data" / "scifact", split="train")

@@ -80,7 +80,7 @@ def _case(name: str, limit: int):
     from hf_dr.adaptation.mlm import RandomWindowMLMCollator, tokenize_corpus
     from hf_dr.data import RetrievalCollator, UnitCollator, load_beir
     from hf_dr.data.qrels_triplets import triplets_from_qrels
-    from hf_dr.data.units import annotate_units
+    from hf_dr.labeling.units import annotate_units
     from hf_dr.models import load_encoder
     from hf_dr.models.berm import BERMEncoder
     from hf_dr.models.splade import SPLADECAI

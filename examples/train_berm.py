@@ -157,7 +157,7 @@ def train(m: ModelArguments, d: DataArguments, b: BERMArguments, args):
     """Build, train and save (``args.output_dir``) a :class:`~hf_dr.models.berm.BERMEncoder`;
     returns ``(model, info)``."""
     from hf_dr.data import RetrievalCollator, UnitCollator
-    from hf_dr.data.units import annotate_units
+    from hf_dr.labeling.units import annotate_units
     from hf_dr.io import atomic_write_json
     from hf_dr.models.berm import BERMEncoder
     from hf_dr.training import RetrievalTrainer, final_output, portable_reference, start_training

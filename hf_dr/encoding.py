@@ -33,7 +33,9 @@ import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
-__all__ = ["encode", "iter_encode", "concat_blocks", "EncoderMixin", "doc_to_text", "resolve_device", "encode_device", "embed",
+from .devices import encode_device, resolve_device
+
+__all__ = ["encode", "iter_encode", "concat_blocks", "EncoderMixin", "doc_to_text", "model_similarity", "embed",
            "DEFAULT_CHUNK_SIZE", "st_prompts", "apply_prompts"]
 
 #: texts tokenised and encoded at a time (and the rows of one shard of an embeddings folder)
@@ -53,32 +55,6 @@ def doc_to_text(doc: Mapping[str, Any] | str, sep: str = " ") -> str:
     title = doc.get("title") or ""
     text = doc.get("text") or ""
     return (title + sep + text).strip()
-
-
-def resolve_device(device: str | torch.device | None) -> torch.device:
-    if device is None or device == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    return torch.device(device)
-
-
-def encode_device(model, device: str | torch.device | None = None) -> torch.device | None:
-    """The device ``model``'s ``encode_*`` calls run on: ``device`` when given; otherwise the device
-    of its weights, except that weights on the CPU go to the GPU when there is one (Sentence
-    Transformers' default: loading leaves every model on the CPU, and a user with a GPU expects it
-    used). A model in training mode stays where its weights are (the Trainer placed it). ``None`` for
-    a model without parameters."""
-    if device is not None:
-        return resolve_device(device)
-    p = next(model.parameters(), None) if isinstance(model, torch.nn.Module) else None
-    if p is None:
-        return None
-    if p.device.type == "cpu" and not model.training:
-        return resolve_device(None)
-    return p.device
 
 
 def _autocast(device: torch.device, dtype: str | torch.dtype | None):
@@ -239,6 +215,25 @@ def _as_matrix(x):
     return t[None] if t.dim() == 1 else t
 
 
+def _unwrap(model):
+    while hasattr(model, "module") and not hasattr(model, "normalize") and not hasattr(model, "config"):
+        model = model.module  # DDP / DataParallel / accelerate wrappers
+    return model
+
+
+def model_similarity(model) -> str:
+    """``"cos"`` for a model whose embeddings are L2-normalised, ``"dot"`` otherwise (sparse models,
+    DPR-style encoders)."""
+    model = _unwrap(model)
+    if getattr(model, "output_is_sparse", False):
+        return "dot"
+    normalized = getattr(model, "normalize", None)
+    if normalized is None:
+        sim = str(getattr(getattr(model, "config", None), "similarity", "dot")).lower()
+        normalized = sim in ("cos", "cosine")
+    return "cos" if normalized else "dot"
+
+
 class EncoderMixin:
     """``encode_queries`` / ``encode_corpus`` for a model whose
     ``forward(input_ids, attention_mask, is_query)`` returns embeddings (see :func:`embed`).
@@ -385,10 +380,8 @@ class EncoderMixin:
 
     def similarity(self, queries, documents) -> torch.Tensor:
         """Scores ``[n_q, n_d]`` (a float32 tensor) of two sets of embeddings by the model's similarity:
-        cosine or dot (:func:`hf_dr.objectives.scale.model_similarity`, or the ``similarity_fn_name`` of
+        cosine or dot (:func:`model_similarity`, or the ``similarity_fn_name`` of
         its sentence-transformers folder; ``euclidean`` / ``manhattan``: negative distances)."""
-        from .objectives.scale import model_similarity
-
         a, b = _as_matrix(queries), _as_matrix(documents)
         if sp.issparse(a) or sp.issparse(b):
             a = sp.csr_matrix(a) if sp.issparse(a) else sp.csr_matrix(a.numpy())

@@ -64,7 +64,7 @@ def canonical_dtype(dtype: str | torch.dtype | None) -> str:
 def _device(device) -> torch.device:
     import torch
 
-    from .encoding import resolve_device
+    from .devices import resolve_device
 
     return device if isinstance(device, torch.device) else resolve_device(device)
 
@@ -96,7 +96,7 @@ def encoding_dtype(model, dtype: str | torch.dtype | None = None, device=None) -
     if dtype is None:
         dtype = getattr(model, "encode_dtype", None) or "auto"
     if device is None:
-        from .encoding import encode_device
+        from .devices import encode_device
 
         device = encode_device(model)
     return resolve_dtype(dtype, device)

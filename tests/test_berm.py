@@ -8,7 +8,8 @@ import torch
 from datasets import Dataset
 
 from hf_dr.data import UnitCollator
-from hf_dr.data.units import NO_LABEL, annotate_units, essential_unit_labels, split_units, unit_token_spans
+from hf_dr.data.units import NO_LABEL, split_units, unit_token_spans
+from hf_dr.labeling.units import annotate_units, essential_unit_labels
 from hf_dr.losses import contrastive_loss, unit_balance_loss, unit_extract_loss, unit_mean_pool
 from hf_dr.objectives import BERMObjective, ContrastiveObjective
 
@@ -143,7 +144,7 @@ def test_annotator_uses_bm25_term_frequency_and_idf():
 def test_annotate_dataset_and_reader(tiny_tokenizer, tmp_path):
     from transformers import BertConfig, BertForQuestionAnswering
 
-    from hf_dr.data.units import UnitReader
+    from hf_dr.labeling.units import UnitReader
 
     torch.manual_seed(0)
     cfg = BertConfig(vocab_size=len(tiny_tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,

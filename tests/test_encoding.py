@@ -96,25 +96,25 @@ def test_encode_goes_to_the_gpu_when_there_is_one(tiny_bert_dir, monkeypatch, tm
     GPU when one is present, and record the dtype of that device (the defect: `hf-dr encode` ran on
     the CPU of an H100 machine, 85 docs/s where Sentence Transformers did 411). The GPU is faked:
     ``resolve_device(None)`` says cuda and ``Module.to`` is recorded instead of run."""
-    import hf_dr.encoding as encoding
+    import hf_dr.devices as devices
     from hf_dr.embeddings import encode_to_folder
     from hf_dr.precision import encoding_dtype
 
-    real = encoding.resolve_device
-    monkeypatch.setattr(encoding, "resolve_device",
+    real = devices.resolve_device
+    monkeypatch.setattr(devices, "resolve_device",
                         lambda d: torch.device("cuda") if d in (None, "auto") else real(d))
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     enc = DenseEncoder.from_pretrained(tiny_bert_dir, pooling="mean")
     moved = []
     monkeypatch.setattr(type(enc), "to", lambda self, *a, **k: moved.append(a[0]) or self, raising=False)
-    assert encoding.encode_device(enc) == torch.device("cuda")
+    assert devices.encode_device(enc) == torch.device("cuda")
     assert encoding_dtype(enc) == torch.bfloat16  # auto on a bf16 GPU, as the encode loop will run
     enc.encode_corpus(["a b c", "d e"])
     assert moved == [torch.device("cuda")]
     # an explicit device wins; a model being trained stays where the Trainer put it
-    assert encoding.encode_device(enc, "cpu") == torch.device("cpu")
+    assert devices.encode_device(enc, "cpu") == torch.device("cpu")
     enc.train()
-    assert encoding.encode_device(enc) == torch.device("cpu")
+    assert devices.encode_device(enc) == torch.device("cpu")
     enc.eval()
     # the embeddings manifest records the dtype of the device the documents were encoded on
     moved.clear()

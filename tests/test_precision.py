@@ -207,7 +207,7 @@ def objective_cases(tiny_bert_dir):
 
     from hf_dr.adaptation.mlm import RandomWindowMLMCollator
     from hf_dr.data import RetrievalCollator, UnitCollator
-    from hf_dr.data.units import annotate_units
+    from hf_dr.labeling.units import annotate_units
     from hf_dr.models import load_encoder
     from hf_dr.models.berm import BERMEncoder
     from hf_dr.models.splade import SPLADECAI

@@ -40,8 +40,8 @@ def berm_diagnostics(model, rows, *, batch_size: int = 16, max_query_length: int
     from tqdm.auto import tqdm
 
     from ..data.collators import UnitCollator
-    from ..data.units import annotate_units
-    from ..encoding import resolve_device
+    from ..labeling.units import annotate_units
+    from ..devices import resolve_device
     from ..losses import matching_representation, unit_mean_pool
 
     if not isinstance(rows, list):

@@ -43,7 +43,7 @@ def load_berm(path: str, pooling: str = "cls"):
 def run(args) -> int:
     from ..analysis import berm_diagnostics, plot_berm_diagnostics
     from ..data import load_beir, triplets_from_qrels
-    from ..data.units import annotate_units
+    from ..labeling.units import annotate_units
     from ..models import check_model, quiet_loading
     from .evaluate import check_output
 

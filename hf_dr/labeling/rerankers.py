@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..encoding import resolve_device
+from ..devices import resolve_device
 from ..retrieval import fuse
 from ..retrieval.run import Run
 

@@ -112,7 +112,7 @@ def rewrite(model, tokenizer, questions: Sequence[str], histories: Sequence[Sequ
     import torch
     from tqdm.auto import tqdm
 
-    from ..encoding import resolve_device
+    from ..devices import resolve_device
 
     if len(questions) != len(histories):
         raise ValueError(f"{len(questions)} questions for {len(histories)} histories")

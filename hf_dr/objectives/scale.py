@@ -1,6 +1,6 @@
-"""The similarity a model scores with, and the inverse temperature every objective uses by default.
+"""The inverse temperature every objective uses by default.
 
-A model's similarity comes from its own configuration: sentence-transformers' ``Normalize`` module
+A model's similarity (:func:`hf_dr.encoding.model_similarity`) comes from its own configuration: sentence-transformers' ``Normalize`` module
 or ``similarity_fn_name`` (read into :class:`~hf_dr.models.dense.DenseEncoder`'s ``normalize``), or
 the ``similarity`` field of a suite config (BERM, DDR). Scores of a cosine model live in [-1, 1]:
 a softmax / sigmoid over them at temperature 1 is nearly flat, so sentence-transformers multiplies
@@ -11,29 +11,12 @@ encoders, SPLADE) are trained at scale 1. Every objective whose ``scale`` is lef
 
 from __future__ import annotations
 
-__all__ = ["COSINE_SCALE", "model_similarity", "default_scale", "resolve_scale"]
+from ..encoding import model_similarity
+
+__all__ = ["COSINE_SCALE", "default_scale", "resolve_scale"]
 
 #: sentence-transformers' inverse temperature for cosine similarity (MultipleNegativesRankingLoss)
 COSINE_SCALE = 20.0
-
-
-def _unwrap(model):
-    while hasattr(model, "module") and not hasattr(model, "normalize") and not hasattr(model, "config"):
-        model = model.module  # DDP / DataParallel / accelerate wrappers
-    return model
-
-
-def model_similarity(model) -> str:
-    """``"cos"`` for a model whose embeddings are L2-normalised, ``"dot"`` otherwise (sparse models,
-    DPR-style encoders)."""
-    model = _unwrap(model)
-    if getattr(model, "output_is_sparse", False):
-        return "dot"
-    normalized = getattr(model, "normalize", None)
-    if normalized is None:
-        sim = str(getattr(getattr(model, "config", None), "similarity", "dot")).lower()
-        normalized = sim in ("cos", "cosine")
-    return "cos" if normalized else "dot"
 
 
 def default_scale(model) -> float:

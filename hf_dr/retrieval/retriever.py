@@ -330,7 +330,7 @@ def build_retriever(kind: str, data, model=None, *, embeddings=None, index=None,
 
         encoder = as_encoder(model)
     if device is not None and hasattr(encoder, "to"):
-        from ..encoding import resolve_device
+        from ..devices import resolve_device
 
         encoder.to(resolve_device(device))
     if dtype is not None:

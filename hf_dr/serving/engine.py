@@ -144,7 +144,7 @@ class SearchEngine:
 
     def model(self, key: tuple, load):
         def build():
-            from ..encoding import resolve_device
+            from ..devices import resolve_device
 
             m = load()
             if hasattr(m, "to"):

@@ -34,7 +34,7 @@ class BERM(TripletMethod):
 
     def objective(self, cfg, model, inputs) -> TrainingSetup:
         from ...data import UnitCollator
-        from ...data.units import annotate_units
+        from ...labeling.units import annotate_units
         from ...objectives import BERMObjective
 
         parts, _ = inputs.cache.datasets("berm_units", {"train": inputs.triplets_key},
