@@ -120,7 +120,7 @@ def main():
 
 def _write_card(out: Path, info: dict) -> None:
     """Fill ``model_cards/ddr_dam.md`` (hf-dr's one card renderer, huggingface_hub's jinja ModelCard)."""
-    from hf_dr.hub_templates import write_card
+    from hf_dr.hub.cards import write_card
 
     write_card(
         out, "ddr_dam", dict(library_name="transformers", pipeline_tag="fill-mask", tags=["hf-dr", "ddr", "dam"],

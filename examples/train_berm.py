@@ -197,7 +197,7 @@ def train(m: ModelArguments, d: DataArguments, b: BERMArguments, args):
 
 def _write_card(model, out: Path, info: dict, d: DataArguments) -> None:
     """Fill ``model_cards/berm.md`` (hf-dr's one card renderer, huggingface_hub's jinja ModelCard)."""
-    from hf_dr.hub_templates import write_card
+    from hf_dr.hub.cards import write_card
 
     c = model.config
     src = info["model_name_or_path"]

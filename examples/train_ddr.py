@@ -177,7 +177,7 @@ def main():
 
 def _write_rem_card(model, out: Path, info: dict, d: DataArguments) -> None:
     """Fill ``model_cards/ddr_rem.md`` (hf-dr's one card renderer, huggingface_hub's jinja ModelCard)."""
-    from hf_dr.hub_templates import write_card
+    from hf_dr.hub.cards import write_card
 
     c = model.config
     src = info["model_name_or_path"]

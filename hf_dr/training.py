@@ -24,7 +24,8 @@ from transformers import PreTrainedModel, Trainer, TrainingArguments
 from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from .io import public_name, publishable_modes, replace_folder
+from .hub.paths import public_name
+from .io import publishable_modes, replace_folder
 from .objectives import ContrastiveObjective
 
 __all__ = ["RetrievalTrainer", "RetrievalTrainingArguments", "CheckpointError", "resolve_checkpoint",

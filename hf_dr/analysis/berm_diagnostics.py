@@ -42,7 +42,7 @@ def berm_diagnostics(model, rows, *, batch_size: int = 16, max_query_length: int
     from ..data.collators import UnitCollator
     from ..data.units import annotate_units
     from ..encoding import resolve_device
-    from ..losses import matching_representation, unit_mean_pool
+    from ..models.berm.modeling_berm import matching_representation, unit_mean_pool
 
     if not isinstance(rows, list):
         if "essential_unit" not in rows.column_names:
