@@ -37,7 +37,6 @@ import dataclasses
 import json
 import logging
 import os
-import shlex
 import shutil
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
