@@ -40,7 +40,8 @@ from hf_dr.precision import with_training_precision
 from hf_dr.adaptation.mlm import MLMArguments, load_mlm_model, mlm_loss, train_mlm
 from hf_dr.data import load_beir
 from hf_dr.io import atomic_write_json
-from hf_dr.training import CheckpointError, final_output, portable_reference, start_training
+from hf_dr.hub.paths import portable_reference
+from hf_dr.training import CheckpointError, final_output, start_training
 
 
 @dataclass

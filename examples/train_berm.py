@@ -160,7 +160,8 @@ def train(m: ModelArguments, d: DataArguments, b: BERMArguments, args):
     from hf_dr.data.units import annotate_units
     from hf_dr.io import atomic_write_json
     from hf_dr.models.berm import BERMEncoder
-    from hf_dr.training import RetrievalTrainer, final_output, portable_reference, start_training
+    from hf_dr.hub.paths import portable_reference
+    from hf_dr.training import RetrievalTrainer, final_output, start_training
 
     # CheckpointError (a ValueError) before any work when the checkpoint asked for is missing; the seed before any init
     resume = start_training(args)

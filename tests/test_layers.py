@@ -34,6 +34,11 @@ def _module(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _is_module(name: str) -> bool:
+    p = PKG.parent / name.replace(".", "/")
+    return p.is_dir() or p.with_suffix(".py").is_file()
+
+
 def _imports(path: Path) -> list[tuple[str, list[str], int]]:
     """``(module, names, line)`` of every import of ``path`` (relative ones resolved); ``names``
     are what a ``from`` import takes (``[]`` for ``import x``)."""
@@ -53,8 +58,7 @@ def _imports(path: Path) -> list[tuple[str, list[str], int]]:
             names = [a.name for a in node.names]
             out.append((target, names, node.lineno))
             # ``from . import x``: x may be a submodule
-            out += [(f"{target}.{n}", [], node.lineno) for n in names if (PKG.parent / (target + "." + n).replace(".", "/")).exists()
-                    or (PKG.parent / ((target + "." + n).replace(".", "/") + ".py")).exists()]
+            out += [(f"{target}.{n}", [], node.lineno) for n in names if _is_module(f"{target}.{n}")]
     return out
 
 
@@ -120,7 +124,8 @@ def test_stage_cache_is_one_class_used_by_labelling_and_adaptation():
                for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.ClassDef) and n.name == "StageCache"]
     assert defined == ["hf_dr/stage_cache.py"]
     for layer in ("labeling", "adaptation"):
-        users = [p for p in _files(layer) for t, names, _ in _imports(p) if t == "hf_dr.stage_cache" and "StageCache" in names]
+        users = [p for p in _files(layer) for t, names, _ in _imports(p)
+                 if t == "hf_dr.stage_cache" and "StageCache" in names]
         assert users, f"hf_dr/{layer} does not use hf_dr.stage_cache.StageCache"
 
 

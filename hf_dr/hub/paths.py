@@ -2,7 +2,8 @@
 
 A published folder (a model or dataset repo, a Space, an ``hf-dr adapt`` output, a card) names no
 local path: a Hub id is kept as is, a local file or folder by its last component only.
-:func:`public_name` does that for one value, :func:`public_values` for every string of a JSON
+:func:`public_name` does that for one value (:func:`portable_reference` also says whether it was
+local, for ``train_info.json``), :func:`public_values` for every string of a JSON
 object, :func:`public_command` for every argument of a command line, :func:`public_configs` for the
 JSON files of a repo folder, and :func:`scrub_local_paths` for the text of every file of a folder
 (cards, configs, training info).
@@ -21,8 +22,8 @@ from pathlib import Path
 
 from ..io import read_json
 
-__all__ = ["hub_id", "public_name", "public_values", "public_command", "public_configs", "scrub_local_paths",
-           "is_vocabulary", "PATH_FIELDS"]
+__all__ = ["hub_id", "public_name", "portable_reference", "public_values", "public_command", "public_configs",
+           "scrub_local_paths", "is_vocabulary", "PATH_FIELDS"]
 
 #: the checkout (or site-packages folder) this package lives in: a local root
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -46,6 +47,16 @@ def public_name(value) -> str | None:
         name = Path(s.rstrip("/")).name
         return name or s
     return s
+
+
+def portable_reference(path_or_id: str | os.PathLike | None) -> tuple[str | None, bool]:
+    """``(reference, is_local)`` to record in ``train_info.json``: a Hub id (or anything that is not
+    a local path) as given; a local file or folder by its name only, so no absolute local path
+    lands in a published folder."""
+    if path_or_id is None:
+        return None, False
+    local = Path(str(path_or_id)).expanduser().exists()
+    return (Path(str(path_or_id)).expanduser().resolve().name if local else public_name(path_or_id)), local
 
 
 def public_values(obj):
