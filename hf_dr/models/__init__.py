@@ -11,8 +11,8 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["load_encoder", "check_model", "quiet_loading", "ModelLoadError", "default_model_path", "model_config", "DenseEncoder",
-           "QueryTowerEncoder"]
+__all__ = ["load_encoder", "check_model", "model_config", "quiet_loading", "ModelLoadError", "default_model_path",
+           "DenseEncoder", "QueryTowerEncoder"]
 
 
 def __getattr__(name):
