@@ -122,7 +122,8 @@ def _settings(a) -> dict:
 
 def _evaluate(a, name: str, path, data, ds: str, log):
     """EvalResult of one system on one dataset (cached per setting under --runs)."""
-    from hf_dr.evaluation import EvalResult, evaluate_model
+    from hf_dr.evaluation import EvalResult
+    from hf_dr.factory import evaluate_model
     from hf_dr.models.berm import BERMEncoder
 
     cache = Path(a.runs) / name / f"eval_{ds}_{a.eval_doc_max_length}_{a.eval_query_max_length}_own-similarity.json"

@@ -92,7 +92,8 @@ def main():
     src_dam, rem, rem_df, dr = work / "dam-source", work / "rem", work / "rem-df", work / "dr"
 
     from hf_dr.data import load_beir
-    from hf_dr.evaluation import evaluate_model, format_table
+    from hf_dr.evaluation import format_table
+    from hf_dr.factory import evaluate_model
     from hf_dr.models.ddr import DDRModel
     from hf_dr.models.dense import DenseEncoder
 

@@ -63,7 +63,8 @@ def main():
     import torch
 
     from hf_dr.data import load_beir
-    from hf_dr.evaluation import evaluate, evaluate_model, evaluate_run
+    from hf_dr.evaluation import evaluate, evaluate_run
+    from hf_dr.factory import evaluate_model
     from hf_dr.labeling.finetune import train_ranknet
     from hf_dr.labeling.pseudo_relevance import PseudoLabelConfig, build_pseudo_labels
     from hf_dr.labeling.rerankers import FusionReranker

@@ -174,7 +174,7 @@ def worker_first(a) -> None:
     then evaluates every judged query."""
     from hf_dr.data import load_beir
     from hf_dr.evaluation import evaluate
-    from hf_dr.retrieval import build_retriever
+    from hf_dr.factory import build_retriever
 
     data = load_beir(a.data, split="test")
     opts = {"index": a.index} if a.index else {"embeddings": a.embeddings, "index_type": "hnsw"}

@@ -34,7 +34,7 @@ def retrieval(args) -> list[dict]:
     from hf_dr.data import load_beir
     from hf_dr.evaluation import evaluate
     from hf_dr.precision import dtype_name
-    from hf_dr.retrieval import build_retriever
+    from hf_dr.factory import build_retriever
 
     data = load_beir(str(SHARED / "data" / "scifact"), split="test")
     if args.limit:  # a smoke test: the first --limit documents, and the queries judged on them

@@ -39,7 +39,8 @@ def main() -> None:
 
     from hf_dr.data import load_beir
     from hf_dr.evaluation import evaluate
-    from hf_dr.retrieval import HybridRetriever, build_retriever
+    from hf_dr.factory import build_retriever
+    from hf_dr.retrieval import HybridRetriever
 
     rows = []
     for ds in a.datasets:

@@ -26,7 +26,7 @@ def build_berm_units(data: str, *, split: str = "test", min_positive_grade: int 
                      seed: int = 0, output: str | None = None, show_progress_bar: bool = True):
     """Build (and with ``output`` save) the unit dataset of a BEIR folder / Hub dataset."""
     from hf_dr.data import load_beir, triplets_from_qrels
-    from hf_dr.hub_templates import write_card
+    from hf_dr.hub.cards import write_card
     from hf_dr.labeling.units import NO_LABEL, annotate_units
 
     beir = load_beir(data, split=split)

@@ -40,7 +40,8 @@ from hf_dr.precision import with_training_precision
 from hf_dr.adaptation.mlm import MLMArguments, load_mlm_model, mlm_loss, train_mlm
 from hf_dr.data import load_beir
 from hf_dr.io import atomic_write_json
-from hf_dr.training import CheckpointError, final_output, portable_reference, start_training
+from hf_dr.hub.paths import portable_reference
+from hf_dr.training import CheckpointError, final_output, start_training
 
 
 @dataclass
@@ -120,7 +121,7 @@ def main():
 
 def _write_card(out: Path, info: dict) -> None:
     """Fill ``model_cards/ddr_dam.md`` (hf-dr's one card renderer, huggingface_hub's jinja ModelCard)."""
-    from hf_dr.hub_templates import write_card
+    from hf_dr.hub.cards import write_card
 
     write_card(
         out, "ddr_dam", dict(library_name="transformers", pipeline_tag="fill-mask", tags=["hf-dr", "ddr", "dam"],

@@ -50,7 +50,7 @@ def main():
     from dataset_builders.dodress import pseudo_labels
 
     from hf_dr.data import load_beir
-    from hf_dr.evaluation import evaluate_model
+    from hf_dr.factory import evaluate_model
     from hf_dr.labeling.finetune import train_ranknet
     from hf_dr.models import load_encoder
 

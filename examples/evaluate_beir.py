@@ -11,7 +11,8 @@ from transformers import HfArgumentParser
 
 from hf_dr.data import load_beir
 from hf_dr.evaluation import evaluate, format_table
-from hf_dr.retrieval import build_retriever, write_trec_run
+from hf_dr.factory import build_retriever
+from hf_dr.retrieval import write_trec_run
 
 
 @dataclass

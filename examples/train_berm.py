@@ -160,7 +160,8 @@ def train(m: ModelArguments, d: DataArguments, b: BERMArguments, args):
     from hf_dr.labeling.units import annotate_units
     from hf_dr.io import atomic_write_json
     from hf_dr.models.berm import BERMEncoder
-    from hf_dr.training import RetrievalTrainer, final_output, portable_reference, start_training
+    from hf_dr.hub.paths import portable_reference
+    from hf_dr.training import RetrievalTrainer, final_output, start_training
 
     # CheckpointError (a ValueError) before any work when the checkpoint asked for is missing; the seed before any init
     resume = start_training(args)
@@ -197,7 +198,7 @@ def train(m: ModelArguments, d: DataArguments, b: BERMArguments, args):
 
 def _write_card(model, out: Path, info: dict, d: DataArguments) -> None:
     """Fill ``model_cards/berm.md`` (hf-dr's one card renderer, huggingface_hub's jinja ModelCard)."""
-    from hf_dr.hub_templates import write_card
+    from hf_dr.hub.cards import write_card
 
     c = model.config
     src = info["model_name_or_path"]

@@ -44,8 +44,8 @@ from hf_dr.objectives.scale import resolve_scale
 from hf_dr.io import atomic_write_json
 from hf_dr.cli import add_dtype_argument
 from hf_dr.precision import with_training_precision
-from hf_dr.training import (CheckpointError, RetrievalTrainer, RetrievalTrainingArguments, final_output,
-                            portable_reference, start_training)
+from hf_dr.hub.paths import portable_reference
+from hf_dr.training import CheckpointError, RetrievalTrainer, RetrievalTrainingArguments, final_output, start_training
 
 logger = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ def main():
 
 def _write_rem_card(model, out: Path, info: dict, d: DataArguments) -> None:
     """Fill ``model_cards/ddr_rem.md`` (hf-dr's one card renderer, huggingface_hub's jinja ModelCard)."""
-    from hf_dr.hub_templates import write_card
+    from hf_dr.hub.cards import write_card
 
     c = model.config
     src = info["model_name_or_path"]

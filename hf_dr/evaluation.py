@@ -14,7 +14,7 @@ import numpy as np
 
 from .retrieval.run import Run, top_k_run
 
-__all__ = ["EvalResult", "evaluate", "evaluate_run", "paired_ttest", "evaluate_model", "DEFAULT_METRICS",
+__all__ = ["EvalResult", "evaluate", "evaluate_run", "paired_ttest", "DEFAULT_METRICS", "parse_metric",
            "format_table", "RerankEvaluator", "remove_self_matches", "apply_self_match_rule"]
 
 DEFAULT_METRICS = ("ndcg@10", "recall@100", "recall@1000", "mrr@10")
@@ -23,7 +23,8 @@ _NAMES = {"ndcg": ("ndcg_cut", "nDCG"), "recall": ("recall", "R"), "map": ("map_
           "p": ("P", "P"), "precision": ("P", "P"), "mrr": ("recip_rank", "MRR")}
 
 
-def _parse(metric: str) -> tuple[str, int | None]:
+def parse_metric(metric: str) -> tuple[str, int | None]:
+    """``ndcg@10`` -> ``("ndcg", 10)``; a ``ValueError`` naming the metrics there are for any other name."""
     m = re.fullmatch(r"([a-zA-Z_]+)(?:@(\d+))?", metric.strip())
     if not m or m.group(1).lower() not in _NAMES:
         raise ValueError(f"unknown metric {metric!r}; use e.g. ndcg@10, recall@100, mrr@10, map@100, p@10")
@@ -32,7 +33,7 @@ def _parse(metric: str) -> tuple[str, int | None]:
 
 def metric_label(metric: str) -> str:
     """``ndcg@10`` -> ``nDCG@10`` (the papers' spelling)."""
-    name, k = _parse(metric)
+    name, k = parse_metric(metric)
     return _NAMES[name][1] + (f"@{k}" if k else "")
 
 
@@ -149,7 +150,7 @@ def evaluate_run(qrels: Mapping[str, Mapping[str, int]], run: Run, metrics: Sequ
     # group metrics by the ranking they are computed on: MRR@k needs the run cut at k
     groups: dict[int | None, list[tuple[str, str, str]]] = {}
     for orig in metrics:
-        name, k = _parse(orig)
+        name, k = parse_metric(orig)
         trec = _NAMES[name][0]
         if name == "mrr":
             groups.setdefault(k, []).append((orig, "recip_rank", "recip_rank"))
@@ -193,19 +194,6 @@ def format_table(rows: Mapping[str, Mapping[str, float]], metrics: Sequence[str]
     for name, agg in rows.items():
         lines.append(f"| {name} | " + " | ".join(f"{agg[m]:.4f}" if m in agg else "" for m in metrics) + " |")
     return "\n".join(lines)
-
-
-def evaluate_model(encoder, data, *, top_k: int = 1000, metrics: Sequence[str] = DEFAULT_METRICS,
-                   batch_size: int = 32, ignore_identical_ids: bool | None = None,
-                   show_progress_bar: bool | None = True, index_kwargs: Mapping | None = None):
-    """Encode ``data``'s corpus with ``encoder`` (dense or sparse by ``output_is_sparse``) and
-    :func:`evaluate` it. Returns ``(EvalResult, run)``."""
-    from .retrieval import EncoderRetriever
-
-    retriever = EncoderRetriever.from_data(encoder, data, batch_size=batch_size, show_progress_bar=show_progress_bar,
-                                           **(index_kwargs or {}))
-    result = evaluate(retriever, data, k=top_k, metrics=metrics, ignore_identical_ids=ignore_identical_ids)
-    return result, result.run
 
 
 class RerankEvaluator:

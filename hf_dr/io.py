@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 __all__ = ["OutputError", "output_folder", "check_output_folder", "atomic_write_text", "atomic_write_json",
-           "partial_folder", "publishable_modes", "replace_folder", "check_writable", "one_line_warnings", "public_name", "scrub_local_paths", "local_inputs"]
+           "partial_folder", "publishable_modes", "replace_folder", "check_writable", "one_line_warnings", "local_inputs", "read_json"]
 
 
 class OutputError(ValueError):
@@ -169,6 +169,15 @@ def one_line_warnings(prefix: str | None = None) -> None:
     warnings.showwarning = show
 
 
+def read_json(path: str | os.PathLike) -> dict:
+    """The JSON object in ``path``; ``{}`` when there is none (no file, not JSON, not an object)."""
+    try:
+        obj = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
 def atomic_write_json(path: str | os.PathLike, obj, **kwargs) -> Path:
     kwargs.setdefault("indent", 2)
     return atomic_write_text(path, json.dumps(obj, **kwargs) + "\n")
@@ -194,73 +203,3 @@ def local_inputs(*paths) -> list[str]:
     """The arguments that name existing local files or folders (a Hub id is not an input that an
     overwrite could delete): the ``inputs=`` of :func:`output_folder`."""
     return [str(p) for p in paths if p and Path(str(p)).expanduser().exists()]
-
-
-def public_name(value) -> str | None:
-    """What a published file may say about ``value``: a Hub id (or any non-path string) as is, a
-    local path by its last component only (a path of this machine means nothing elsewhere)."""
-    if value is None:
-        return None
-    s = str(value)
-    if s.startswith(("/", "~", "./", "../")) or os.path.isabs(s) or (os.sep in s and Path(s).expanduser().exists()) \
-            or s.count("/") > 1:
-        name = Path(s.rstrip("/")).name
-        return name or s
-    return s
-
-
-#: files of a published folder that may quote a local path (code is left alone)
-_TEXT_SUFFIXES = (".json", ".md", ".txt", ".yaml", ".yml", ".cfg", ".jsonl")
-
-
-def _is_vocabulary(p: Path) -> bool:
-    """Tokenizer files: their strings are tokens (``/usr`` may be one), never paths to rewrite."""
-    name = p.name.lower()
-    return name.startswith(("tokenizer", "vocab", "merges", "special_tokens_map", "added_tokens", "spiece"))
-
-
-def _path_roots(extra: Iterable[str | os.PathLike | None]) -> list[str]:
-    import sys
-    import tempfile
-
-    cands = [Path.cwd(), Path.home(), Path(tempfile.gettempdir()), Path(__file__).resolve().parent.parent,
-             Path(sys.prefix), *[Path(str(e)).expanduser().absolute() for e in extra if e]]
-    roots = set()
-    for c in cands:
-        for r in (c, c.resolve()):
-            s = str(r).rstrip("/")
-            if len(s) > 1 and s.count("/") >= 1:
-                roots.add(s)
-    return sorted(roots, key=len, reverse=True)
-
-
-def scrub_local_paths(folder: str | os.PathLike, extra_roots: Iterable[str | os.PathLike | None] = ()) -> list[Path]:
-    """Replace, in every text file of ``folder`` (cards, JSON configs, training info), each absolute
-    path under a local root (the current and home folders, the temporary folder, this package's
-    checkout, ``extra_roots``) by its last component: a published folder names no path of this
-    machine. Returns the files changed."""
-    import re
-
-    roots = _path_roots(extra_roots)
-    if not roots:
-        return []
-    pattern = re.compile("(?:" + "|".join(re.escape(r) for r in roots) + r")(?:/[^\s\"'`<>|()\[\]{},;]*)?(?![\w.-])")
-
-    def repl(m: re.Match) -> str:
-        return Path(m.group(0).rstrip("/")).name or "."
-
-    changed = []
-    for root, _, files in os.walk(folder):
-        for f in files:
-            p = Path(root) / f
-            if p.suffix.lower() not in _TEXT_SUFFIXES or p.is_symlink() or _is_vocabulary(p):
-                continue
-            try:
-                text = p.read_text(encoding="utf-8")
-            except (UnicodeDecodeError, OSError):
-                continue
-            new = pattern.sub(repl, text)
-            if new != text:
-                p.write_text(new, encoding="utf-8")
-                changed.append(p)
-    return changed

@@ -18,8 +18,10 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
+from .models.berm.modeling_berm import matching_representation
+
 __all__ = ["full_precision", "group_scores", "contrastive_loss", "margin_mse_loss", "kl_distillation_loss", "flops_loss", "ranknet_loss",
-           "unit_mean_pool", "unit_balance_loss", "unit_extract_loss", "matching_representation"]
+           "unit_balance_loss", "unit_extract_loss"]
 
 
 def full_precision(*tensors: torch.Tensor):
@@ -100,28 +102,6 @@ def flops_loss(reps: torch.Tensor) -> torch.Tensor:
 
 # -- BERM (Xu et al. 2023, papers/000): unit-level constraints on the representations ------------
 
-def unit_mean_pool(hidden: torch.Tensor, unit_spans: torch.Tensor, unit_mask: torch.Tensor) -> torch.Tensor:
-    """Unit embeddings ``E`` (BERM Eq. 3): ``e_i = mean(Z[s_i:d_i])`` for every unit of every
-    passage of the batch at once (no Python loop over examples).
-
-    Args:
-        hidden: ``[B, L, d]`` token states ``Z`` of the passages.
-        unit_spans: ``[B, U, 2]`` token span ``[start, end)`` of each unit (end exclusive),
-            already clipped to the truncated sequence (see :mod:`hf_dr.data.units`).
-        unit_mask: ``[B, U]`` bool, ``False`` for padding units (a passage with fewer than
-            ``U`` units) and for units with an empty span.
-    Returns ``[B, U, d]``; masked units are zero vectors.
-    """
-    L = hidden.shape[1]
-    pos = torch.arange(L, device=hidden.device).view(1, 1, L)
-    start = unit_spans[..., 0:1].to(hidden.device)
-    end = unit_spans[..., 1:2].to(hidden.device).clamp(max=L)
-    member = (pos >= start) & (pos < end) & unit_mask.to(hidden.device).bool().unsqueeze(-1)  # [B, U, L]
-    member = member.to(hidden.dtype)
-    counts = member.sum(-1, keepdim=True).clamp(min=1.0)
-    return torch.einsum("bul,bld->bud", member, hidden) / counts
-
-
 _NEG = torch.finfo(torch.float32).min
 
 
@@ -143,7 +123,7 @@ def unit_balance_loss(t_p: torch.Tensor, units: torch.Tensor, unit_mask: torch.T
 
     Args:
         t_p: ``[B, d]`` passage representations.
-        units: ``[B, U, d]`` unit embeddings (Eq. 3, :func:`unit_mean_pool`).
+        units: ``[B, U, d]`` unit embeddings (Eq. 3, :func:`hf_dr.models.berm.modeling_berm.unit_mean_pool`).
         unit_mask: ``[B, U]`` bool, valid units.
 
     Defined behaviour: a passage with one unit has loss exactly 0 (a one-point distribution
@@ -159,11 +139,6 @@ def unit_balance_loss(t_p: torch.Tensor, units: torch.Tensor, unit_mask: torch.T
         # KL(b || s) = sum_i b_i (log b_i - log s_i) = -log n - (1/n) sum_i log s_i
         per_row = -torch.log(n) - log_s.sum(1) / n
         return _mean_or_zero(per_row, _unit_rows(mask), t_p)
-
-
-def matching_representation(t_q: torch.Tensor, t_p: torch.Tensor) -> torch.Tensor:
-    """BERM's matching representation ``m = GELU(t_q ⊙ t_p)`` (Sec. 4.2, R2)."""
-    return F.gelu(t_q * t_p)
 
 
 def unit_extract_loss(t_q: torch.Tensor, t_p: torch.Tensor, units: torch.Tensor, unit_mask: torch.Tensor,

@@ -1,8 +1,8 @@
 """A ``SentenceTransformer`` or ``SparseEncoder`` object as an encoder of the suite.
 
 A user who holds a Sentence Transformers model passes it wherever hf-dr takes an encoder
-(:class:`~hf_dr.retrieval.EncoderRetriever`, :func:`~hf_dr.retrieval.build_retriever`,
-:func:`~hf_dr.evaluation.evaluate_model`, pseudo-labelling's dense model, ``adapt``'s student and
+(:class:`~hf_dr.retrieval.EncoderRetriever`, :func:`~hf_dr.factory.build_retriever`,
+:func:`~hf_dr.factory.evaluate_model`, pseudo-labelling's dense model, ``adapt``'s student and
 dense teacher): :func:`as_encoder` wraps it in :class:`SentenceTransformerEncoder`, which runs
 the model's own modules (``model(features, task=...)``: its Transformer, Pooling, Normalize, Dense,
 a query/document ``Router``, SPLADE pooling...) inside hf-dr's one encode loop. So the model's

@@ -24,11 +24,11 @@ from transformers import PreTrainedModel, Trainer, TrainingArguments
 from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from .io import public_name, publishable_modes, replace_folder
+from .io import publishable_modes, replace_folder
 from .objectives import ContrastiveObjective
 
 __all__ = ["RetrievalTrainer", "RetrievalTrainingArguments", "CheckpointError", "resolve_checkpoint",
-           "last_complete_checkpoint", "is_complete_checkpoint", "final_output", "portable_reference", "start_training",
+           "last_complete_checkpoint", "is_complete_checkpoint", "final_output", "start_training",
            "quiet_progress_bars"]
 
 logger = logging.getLogger(__name__)
@@ -180,16 +180,6 @@ def final_output(output_dir: str | os.PathLike) -> Iterator[Path]:
             os.replace(e, tmp / e.name)
     publishable_modes(tmp)
     replace_folder(tmp, out)
-
-
-def portable_reference(path_or_id: str | os.PathLike | None) -> tuple[str | None, bool]:
-    """``(reference, is_local)`` to record in ``train_info.json``: a Hub id (or anything that is not
-    a local path) as given; a local file or folder by its name only, so no absolute local path
-    lands in a published folder."""
-    if path_or_id is None:
-        return None, False
-    local = Path(str(path_or_id)).expanduser().exists()
-    return (Path(str(path_or_id)).expanduser().resolve().name if local else public_name(path_or_id)), local
 
 
 def start_training(args) -> str | None:

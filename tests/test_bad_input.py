@@ -371,14 +371,14 @@ def test_argument_combinations_are_refused_before_anything_is_loaded(extra, mess
     """A combination that cannot run is exit 2 before the data is read, a model loaded or the corpus
     encoded: all three are made to fail loudly here."""
     import hf_dr.data
+    import hf_dr.factory
     import hf_dr.models
-    import hf_dr.retrieval
 
     def boom(*a, **k):
         raise AssertionError("loaded / encoded before the arguments were checked")
 
     for mod, name in ((hf_dr.data, "load_beir"), (hf_dr.models, "load_encoder"), (hf_dr.models, "check_model"),
-                      (hf_dr.retrieval, "build_retriever")):
+                      (hf_dr.factory, "build_retriever")):
         monkeypatch.setattr(mod, name, boom)
     rc = main(["evaluate", "--data", str(SAMPLE), "--model", str(headless_dir)] + extra)
     err = capsys.readouterr().err

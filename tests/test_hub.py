@@ -251,11 +251,11 @@ def test_dataset_push_writes_parquet_and_card(tmp_path):
 
 
 def test_write_card_one_renderer(tmp_path, monkeypatch):
-    """Every card (training scripts, dataset builders, push) goes through hub_templates.write_card:
+    """Every card (training scripts, dataset builders, push) goes through hf_dr.hub.cards.write_card:
     YAML card data between the --- lines, jinja variables filled, a missing template a clear error."""
     from huggingface_hub import DatasetCard, ModelCard
 
-    from hf_dr.hub_templates import render_card, write_card
+    from hf_dr.hub.cards import render_card, write_card
 
     tpl = tmp_path / "tpls"
     tpl.mkdir()

@@ -106,12 +106,12 @@ def test_push_overwrite_replaces_the_folder_only_once_complete(tiny_bert_dir, tm
     with pytest.raises(HubError, match="not empty"):
         prepare_model_folder(model, out)
 
-    from hf_dr import hub
+    from hf_dr.hub import models
 
     def broken(*a, **k):
         raise RuntimeError("killed while rendering the card")
 
-    monkeypatch.setattr(hub, "_render_model_card", broken)
+    monkeypatch.setattr(models, "render_model_card", broken)
     with pytest.raises(RuntimeError, match="killed"):
         prepare_model_folder(model, out, overwrite=True)
     assert _snapshot(out) == before and _siblings(out) == []

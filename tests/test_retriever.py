@@ -7,7 +7,8 @@ import pytest
 
 from hf_dr.data import load_beir
 from hf_dr.evaluation import evaluate, evaluate_run
-from hf_dr.retrieval import (BM25Retriever, EncoderRetriever, HybridRetriever, Retriever, build_retriever, fuse)
+from hf_dr.factory import build_retriever
+from hf_dr.retrieval import BM25Retriever, EncoderRetriever, HybridRetriever, Retriever, fuse
 
 from .conftest import SAMPLE
 

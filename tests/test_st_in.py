@@ -74,8 +74,9 @@ def test_a_sparse_object_encodes_as_sparse_encoder(tiny_bert_dir):
 
 def test_a_retriever_over_an_object_searches_and_evaluates(st_dense):
     from hf_dr.data import load_beir
-    from hf_dr.evaluation import evaluate, evaluate_model
-    from hf_dr.retrieval import EncoderRetriever, build_retriever
+    from hf_dr.evaluation import evaluate
+    from hf_dr.factory import build_retriever, evaluate_model
+    from hf_dr.retrieval import EncoderRetriever
 
     data = load_beir(SAMPLE)
     r = EncoderRetriever.from_data(st_dense, data, show_progress_bar=False)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..hub.paths import hub_id, public_command, public_name
 from ..stage_cache import StageCache, dataset_digest, digest
 from .config import AdaptConfig, AdaptError, dtype_key, dtype_name, eval_steps, work_dir
 from .methods import DevSet, Method, Prepared, TrainInputs, get_method, registered_methods, resolved_config
@@ -358,11 +359,11 @@ def _metrics(run: Run, labels: Labels, trained: Trained, chosen: Selection, ev: 
     below = ev.after["aggregate"]["ndcg@10"] < ev.before["aggregate"]["ndcg@10"] if ev.before is not None else None
     return {
         "method": cfg.method, "method_description": method.description,
-        "model": _public(cfg.model), "data": _public(cfg.data), "split": cfg.split,
+        "model": public_name(cfg.model), "data": public_name(cfg.data), "split": cfg.split,
         "training_queries_have_qrels": run.has_train_qrels, "teacher": labels.teacher,
-        "dense_teacher": _public(cfg.dense_teacher) if cfg.dense_teacher else stats.get("dense_model"),
-        "labels": _public(cfg.labels) if cfg.labels else None,
-        **({"bm25_index": _public(cfg.bm25_index)} if cfg.bm25_index else {}),
+        "dense_teacher": public_name(cfg.dense_teacher) if cfg.dense_teacher else stats.get("dense_model"),
+        "labels": public_name(cfg.labels) if cfg.labels else None,
+        **({"bm25_index": public_name(cfg.bm25_index)} if cfg.bm25_index else {}),
         "labelled_evaluation": ev.labelled,
         "before": ev.before["aggregate"] if ev.before else None, "after": ev.after["aggregate"] if ev.after else None,
         "test_queries": ev.after["n_queries"] if ev.after else None,
@@ -386,7 +387,7 @@ def _metrics(run: Run, labels: Labels, trained: Trained, chosen: Selection, ev: 
         # an entry per reporting method (Method.report), None but for this run's
         **{m.name: None for m in registered_methods() if m.reports},
         **({method.name: method.report(cfg, run.student, trained.prepared)} if method.reports else {}),
-        "config": resolved_config(cfg), "command": _public_command(cfg.command), "stages": run.stages,
+        "config": resolved_config(cfg), "command": public_command(cfg.command), "stages": run.stages,
     }
 
 
@@ -403,8 +404,8 @@ def results_table(m: dict) -> str:
 
 
 def _write_output(run: Run, out: Path, selected_dir: Path, metrics: dict, after) -> None:
-    from ..hub import _hub_id, prepare_model_folder
-    from ..hub_templates import write_card
+    from ..hub import prepare_model_folder
+    from ..hub.cards import write_card
     from ..io import atomic_write_json, local_inputs, output_folder
 
     cfg, work = run.cfg, run.work
@@ -416,11 +417,11 @@ def _write_output(run: Run, out: Path, selected_dir: Path, metrics: dict, after)
         eval_files.append(p)
     inputs = local_inputs(cfg.data, cfg.model, cfg.labels, cfg.dense_teacher, cfg.rem, cfg.bm25_index, work)
     with output_folder(out, overwrite=cfg.overwrite, inputs=inputs) as tmp:
-        prepare_model_folder(selected_dir, tmp / "model", metrics=eval_files, base_model=_hub_id(cfg.model))
+        prepare_model_folder(selected_dir, tmp / "model", metrics=eval_files, base_model=hub_id(cfg.model))
         atomic_write_json(tmp / "metrics.json", metrics, indent=1)
         source = Path(str(cfg.data).rstrip("/")).name
         card_data = dict(language="en", license="apache-2.0", library_name="transformers",
-                         pipeline_tag="feature-extraction", base_model=_hub_id(cfg.model),
+                         pipeline_tag="feature-extraction", base_model=hub_id(cfg.model),
                          tags=["hf-dr", "domain-adaptation", cfg.method])
         warning = ""
         if metrics["below_zero_shot"]:
@@ -432,18 +433,6 @@ def _write_output(run: Run, out: Path, selected_dir: Path, metrics: dict, after)
                    st=sentence_transformers_class(tmp / "model"),
                    dev_rows="\n".join(f"| {s}{' (starting model)' if s == '0' else ''} | {v:.4f} |"
                                       for s, v in sorted(metrics["dev"].items(), key=lambda x: int(x[0]))),
-                   budget=metrics["budget"], warning=warning, model_name=_public(cfg.model),
+                   budget=metrics["budget"], warning=warning, model_name=public_name(cfg.model),
                    method_rows="".join(f"{row}\n" for row in run.method.card_rows(metrics)),
                    command=metrics["command"] or "(library call: hf_dr.adaptation.pipeline.adapt)")
-
-
-def _public(v):
-    from ..io import public_name
-
-    return public_name(v) if v else v
-
-
-def _public_command(command):
-    from ..labeling.pseudo_relevance import _public_command as public_command
-
-    return public_command(command)

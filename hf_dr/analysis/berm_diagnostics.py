@@ -40,9 +40,9 @@ def berm_diagnostics(model, rows, *, batch_size: int = 16, max_query_length: int
     from tqdm.auto import tqdm
 
     from ..data.collators import UnitCollator
-    from ..labeling.units import annotate_units
     from ..devices import resolve_device
-    from ..losses import matching_representation, unit_mean_pool
+    from ..labeling.units import annotate_units
+    from ..models.berm.modeling_berm import matching_representation, unit_mean_pool
 
     if not isinstance(rows, list):
         if "essential_unit" not in rows.column_names:

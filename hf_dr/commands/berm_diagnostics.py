@@ -32,10 +32,10 @@ def register(sub) -> None:
 
 def load_berm(path: str, pooling: str = "cls"):
     """A saved BERM model, or any encoder checkpoint wrapped as an (untrained) BERM encoder."""
-    from ..models import _config
+    from ..models import model_config
     from ..models.berm import BERMEncoder
 
-    if _config(path).get("model_type") == "berm":
+    if model_config(path).get("model_type") == "berm":
         return BERMEncoder.from_pretrained(path)
     return BERMEncoder.from_backbone(path, pooling=pooling)
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from ..cli import add_dtype_argument, add_prompt_arguments, apply_prompt_arguments, finite_float, positive_int, stemmer_name, stopwords_name
-from ..retrieval.retriever import RETRIEVER_KINDS
+from ..factory import RETRIEVER_KINDS
 
 
 def register(sub) -> None:
@@ -194,8 +194,9 @@ def run(args) -> int:
     from ..cli import CLIError
     from ..data import load_beir
     from ..evaluation import DEFAULT_METRICS, describe_self_matches, evaluate, format_table
-    from ..evaluation import _parse as parse_metric
-    from ..retrieval import build_retriever, write_trec_run
+    from ..evaluation import parse_metric
+    from ..factory import build_retriever
+    from ..retrieval import write_trec_run
 
     check_args(args)
     for m in args.metrics or ():

@@ -17,7 +17,8 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..data import SAMPLE, load_beir
     from ..evaluation import evaluate, format_table, paired_ttest
-    from ..retrieval import BM25Retriever, HybridRetriever, build_retriever, write_trec_run
+    from ..factory import build_retriever
+    from ..retrieval import BM25Retriever, HybridRetriever, write_trec_run
 
     from ..models import check_model, default_model_path
     from .evaluate import check_output

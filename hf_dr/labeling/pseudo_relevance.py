@@ -37,7 +37,6 @@ import dataclasses
 import json
 import logging
 import os
-import shlex
 import shutil
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -49,14 +48,15 @@ from tqdm.auto import tqdm
 
 from ..embeddings import corpus_fingerprint, model_fingerprint
 from ..evaluation import apply_self_match_rule
-from ..io import check_output_folder, local_inputs, output_folder, public_name
-from ..stage_cache import StageCache, digest, folder_fingerprint  # StageCache: re-exported (its old home)
+from ..hub.paths import public_command, public_name
+from ..io import check_output_folder, local_inputs, output_folder
+from ..stage_cache import StageCache, digest, folder_fingerprint
 from .negatives import SAMPLERS, _check_sampler, sample_negatives
 from .rerankers import FUSION_REFERENCE_SIZE, FusionReranker, Reranker, get_reranker
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PseudoLabelConfig", "PseudoLabels", "build_pseudo_labels", "StageCache", "write_dataset_card",
+__all__ = ["PseudoLabelConfig", "PseudoLabels", "build_pseudo_labels", "write_dataset_card",
            "default_cache_dir", "resolve_cache_dir", "degenerate_summary", "DEGENERATE_RULE"]
 
 #: what makes a query's labels degenerate (#21); the reasons, as stats.json names them
@@ -198,26 +198,6 @@ def _reranker_identity(reranker) -> dict:
     if spec and local.exists():  # a local folder: its files, wherever it lives
         return {"name": kind, "files": folder_fingerprint(local)}
     return {"name": kind, "id": spec}
-
-
-def _public_command(command: str | None) -> str | None:
-    """``command`` with every local path replaced by its name (the card is published)."""
-    if not command:
-        return command
-    try:
-        parts = shlex.split(command)
-    except ValueError:
-        return command
-    out = []
-    for a in parts:
-        if a.startswith("-") and "=" not in a:  # a flag alone (its value is the next argument)
-            out.append(a)
-            continue
-        flag, eq, val = a.partition("=") if a.startswith("--") else ("", "", a)
-        val = public_name(val) if (os.path.isabs(val) or Path(val).expanduser().exists()) and val not in (".", "..") \
-            else val
-        out.append(f"{flag}{eq}{val}" if eq else val)
-    return " ".join(shlex.quote(a) for a in out)
 
 
 def _reranker_name(reranker, dense_name) -> str:
@@ -540,7 +520,7 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
              "reranker": _public_reranker_name(reranker, dense_name), "dense_model": public_name(dense_name),
              "config": asdict(config), "cache": {"reused": cache.hits, "computed": cache.computed},
              "dtype": dense_dtype, "fingerprints": {"corpus": corpus_fp, "queries": query_key["queries"], "dense_model": dense_fp},
-             "command": _public_command(command)}
+             "command": public_command(command)}
 
     summary = degenerate_summary(stats)
     if summary:
@@ -619,7 +599,7 @@ def _save_dataset(ds: Dataset, path: Path) -> None:
 def write_dataset_card(out: str | Path, stats: dict, command: str | None = None,
                        repo_id: str | None = None) -> Path:
     """Fill ``model_cards/dataset_pseudo_labels.md`` (huggingface_hub's jinja ``DatasetCard``)."""
-    from ..hub_templates import write_card
+    from ..hub.cards import write_card
 
     out = Path(out)
     cfg = stats["config"]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["load_encoder", "check_model", "quiet_loading", "ModelLoadError", "default_model_path", "DenseEncoder",
-           "QueryTowerEncoder"]
+__all__ = ["load_encoder", "check_model", "model_config", "quiet_loading", "ModelLoadError", "default_model_path",
+           "DenseEncoder", "QueryTowerEncoder"]
 
 
 def __getattr__(name):
@@ -49,7 +49,7 @@ _MLM_ARCH = re.compile(r"(ForMaskedLM|ForPreTraining)$")
 _MLM_KEY = re.compile(r"(^|\.)(cls\.predictions|lm_head|vocab_projector|generator_lm_head)\.")
 
 
-def _config(path: str) -> dict:
+def model_config(path: str) -> dict:
     """The config.json of a folder or Hub id; ``{}`` when there is none or it cannot be read."""
     try:
         return check_model(path)

@@ -235,7 +235,7 @@ class DenseEncoder(nn.Module, EncoderMixin):
 
     @staticmethod
     def usage_snippet(repo_id: str, **lengths) -> str:
-        """Python that loads the published repo with sentence-transformers (:func:`hf_dr.hub.st_usage_snippet`)."""
-        from ..hub import st_usage_snippet
+        """Python that loads the published repo with sentence-transformers (:func:`hf_dr.hub.cards.st_usage_snippet`)."""
+        from ..hub.cards import st_usage_snippet
 
         return st_usage_snippet(repo_id)

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..losses import group_scores, kl_distillation_loss, unit_balance_loss, unit_extract_loss, unit_mean_pool
+from ..losses import group_scores, kl_distillation_loss, unit_balance_loss, unit_extract_loss
+from ..models.berm.modeling_berm import unit_mean_pool
 from .contrastive import ContrastiveObjective
 from .scale import resolve_scale
 

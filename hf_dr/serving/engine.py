@@ -184,12 +184,12 @@ class SearchEngine:
 
     # -- index builders (run in background threads) ---------------------------------------
     def _build_bm25(self, data):
-        from ..retrieval import build_retriever
+        from ..factory import build_retriever
 
         return build_retriever("bm25", data)
 
     def _build_encoded(self, model, data):
-        from ..retrieval import build_retriever
+        from ..factory import build_retriever
 
         return build_retriever("dense", data, model(), batch_size=self.cfg.batch_size)
 
@@ -216,7 +216,7 @@ class SearchEngine:
     def _open_saved(self, folder: str, retriever: str, data):
         """A saved index (``hf-dr index``) opened memory-mapped, checked against the corpus and the
         model (another one's index is refused: the error goes to the log, visitors read a sentence)."""
-        from ..retrieval import build_retriever
+        from ..factory import build_retriever
 
         if retriever == "BM25":
             return build_retriever("bm25", data, index=folder)

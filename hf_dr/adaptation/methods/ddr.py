@@ -100,7 +100,7 @@ class DDR(Method):
         return model
 
     def report(self, cfg, student, prepared) -> dict | None:
-        from ...io import public_name
+        from ...hub.paths import public_name
 
         source = student.config.dam_name_or_path
         return {"rem": public_name(rem_of(cfg)), "trained": "the target DAM (continual MLM); the REM unchanged",

@@ -5,7 +5,9 @@ extractability (Eq. 5) — on top of the usual contrastive loss.
 At inference it is exactly a bi-encoder (Fig. 3c: no extra module, no extra cost):
 ``t = pool(g(text))`` (the [CLS] state by default, §4.2), scored by dot product. The unit
 machinery exists only in training (:mod:`hf_dr.losses`, :mod:`hf_dr.objectives.berm`) and in
-:meth:`BERMEncoder.score_units`, which shows which sentence of a passage the query matches.
+:meth:`BERMEncoder.score_units`, which shows which sentence of a passage the query matches; both
+use the unit embeddings (Eq. 3, :func:`unit_mean_pool`) and the matching representation
+(:func:`matching_representation`) defined here, pure tensor functions of the model.
 
 Self-contained (torch + transformers, relative imports) so a saved folder loads with
 ``AutoModel.from_pretrained(dir, trust_remote_code=True)`` without hf-dr installed.
@@ -29,7 +31,34 @@ except ImportError:  # loaded from the Hub without hf-dr: forward() is the whole
     class EncoderMixin:  # type: ignore[no-redef]
         pass
 
-__all__ = ["BERMEncoder", "BERMOutput"]
+__all__ = ["BERMEncoder", "BERMOutput", "unit_mean_pool", "matching_representation"]
+
+
+def unit_mean_pool(hidden: torch.Tensor, unit_spans: torch.Tensor, unit_mask: torch.Tensor) -> torch.Tensor:
+    """Unit embeddings ``E`` (BERM Eq. 3): ``e_i = mean(Z[s_i:d_i])`` for every unit of every
+    passage of the batch at once (no Python loop over examples).
+
+    Args:
+        hidden: ``[B, L, d]`` token states ``Z`` of the passages.
+        unit_spans: ``[B, U, 2]`` token span ``[start, end)`` of each unit (end exclusive),
+            already clipped to the truncated sequence (see :mod:`hf_dr.data.units`).
+        unit_mask: ``[B, U]`` bool, ``False`` for padding units (a passage with fewer than
+            ``U`` units) and for units with an empty span.
+    Returns ``[B, U, d]``; masked units are zero vectors.
+    """
+    L = hidden.shape[1]
+    pos = torch.arange(L, device=hidden.device).view(1, 1, L)
+    start = unit_spans[..., 0:1].to(hidden.device)
+    end = unit_spans[..., 1:2].to(hidden.device).clamp(max=L)
+    member = (pos >= start) & (pos < end) & unit_mask.to(hidden.device).bool().unsqueeze(-1)  # [B, U, L]
+    member = member.to(hidden.dtype)
+    counts = member.sum(-1, keepdim=True).clamp(min=1.0)
+    return torch.einsum("bul,bld->bud", member, hidden) / counts
+
+
+def matching_representation(t_q: torch.Tensor, t_p: torch.Tensor) -> torch.Tensor:
+    """BERM's matching representation ``m = GELU(t_q ⊙ t_p)`` (Sec. 4.2, R2)."""
+    return nn.functional.gelu(t_q * t_p)
 
 
 def _read_prompts(model) -> None:
@@ -204,11 +233,10 @@ class BERMEncoder(EncoderMixin, PreTrainedModel):
         (Eq. 3); the highest-scoring unit is the essential matching unit. A one-sentence
         passage gives one unit; an empty passage gives ``([], empty array)``.
 
-        Needs hf-dr (its sentence splitter and unit pooling).
+        Needs hf-dr (its sentence splitter).
         """
         try:
             from hf_dr.data.units import split_units, unit_token_spans
-            from hf_dr.losses import matching_representation, unit_mean_pool
         except ImportError as e:  # a Hub user without hf-dr still has forward / encode
             raise ImportError("score_units needs hf-dr (pip install hf-dr) for sentence units") from e
         import numpy as np
