@@ -9,6 +9,7 @@ functions included) and checked on a fresh interpreter (what importing a layer l
 - no module imports a private name from another package (adaptation from labelling...);
 - ``StageCache`` is defined once, in :mod:`hf_dr.stage_cache`, and labelling and adaptation both
   use it from there;
+- no module imports a layer above its own (:data:`LAYERS`, the picture in docs/development.md);
 - one card renderer (:mod:`hf_dr.hub.cards`) and one path scrubber (:mod:`hf_dr.hub.paths`) in the
   whole repository.
 """
@@ -173,3 +174,48 @@ def test_importing_a_layer_loads_none_of_what_it_must_not(layer, forbidden):
     loaded = r.stdout.split()
     assert f"hf_dr.{layer}" in loaded
     assert [m for m in loaded if _is(m, forbidden)] == []
+
+
+#: hf-dr's layers, bottom first (docs/development.md draws them): a module imports its own layer and
+#: those below it, never one above. Every module of the package has its place here.
+LAYERS = (
+    ("core", ("hf_dr.io", "hf_dr.extras", "hf_dr.stage_cache", "hf_dr.devices", "hf_dr.precision",
+              "hf_dr.encoding")),
+    ("data, models, objectives", ("hf_dr.data", "hf_dr.models", "hf_dr.st_encoder", "hf_dr.embeddings",
+                                  "hf_dr.losses", "hf_dr.objectives")),
+    ("search, metrics, training", ("hf_dr.retrieval", "hf_dr.evaluation", "hf_dr.metrics", "hf_dr.training")),
+    ("labels, factory, publishing", ("hf_dr.labeling", "hf_dr.analysis", "hf_dr.factory", "hf_dr.hub")),
+    ("workflows", ("hf_dr.adaptation", "hf_dr.serving")),
+    ("command line", ("hf_dr.commands", "hf_dr.cli")),
+)
+
+
+def _layer(module: str) -> int | None:
+    return next((i for i, (_, prefixes) in enumerate(LAYERS) if _is(module, prefixes)), None)
+
+
+def test_every_module_has_a_layer():
+    """A new module is placed in LAYERS (and in docs/development.md's picture) when it is added."""
+    unplaced = [_module(p) for p in PKG.rglob("*.py") if _module(p) != "hf_dr" and _layer(_module(p)) is None]
+    assert unplaced == []
+
+
+def test_no_layer_imports_a_layer_above_it():
+    up = []
+    for p in PKG.rglob("*.py"):
+        own = _layer(_module(p))
+        if own is None:
+            continue
+        for target, _, line in _imports(p):
+            t = _layer(target)
+            if t is not None and t > own:
+                up.append(f"{p.relative_to(REPO)}:{line} ({LAYERS[own][0]}) imports {target} ({LAYERS[t][0]})")
+    assert up == []
+
+
+def test_the_picture_in_the_docs_names_every_layer():
+    """docs/development.md's picture is drawn from LAYERS: each layer's packages appear in it."""
+    doc = (REPO / "docs" / "development.md").read_text()
+    missing = [p.removeprefix("hf_dr.") for _, prefixes in LAYERS for p in prefixes
+               if p.removeprefix("hf_dr.") not in doc]
+    assert missing == []

@@ -143,6 +143,8 @@ def usage_snippet(kind: ModelKind, repo_id: str, *, max_query_length: int = 64, 
     documents (tested: ``tests/test_hub.py`` runs it in a process where hf-dr is not installed);
     the model's ``prompts`` (``query`` / ``document``), when it has any, are prepended as hf-dr does."""
     cls = kind.hooks_class()
+    if getattr(cls, "st_native", False):  # a Sentence Transformers folder: its own loader, no remote code
+        return st_usage_snippet(repo_id)
     if hasattr(cls, "usage_snippet"):  # a repo not loaded through trust_remote_code (dense, DAM)
         return cls.usage_snippet(repo_id, max_query_length=max_query_length, max_doc_length=max_doc_length)
     sparse = getattr(cls, "output_is_sparse", False)

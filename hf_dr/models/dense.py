@@ -233,9 +233,6 @@ class DenseEncoder(nn.Module, EncoderMixin):
         """``model_cards/dense.md`` needs only the variables every card gets."""
         return {}
 
-    @staticmethod
-    def usage_snippet(repo_id: str, **lengths) -> str:
-        """Python that loads the published repo with sentence-transformers (:func:`hf_dr.hub.cards.st_usage_snippet`)."""
-        from ..hub.cards import st_usage_snippet
-
-        return st_usage_snippet(repo_id)
+    #: a published dense folder is a Sentence Transformers folder (no remote code): its card's usage
+    #: snippet is Sentence Transformers' own (:func:`hf_dr.hub.cards.usage_snippet`)
+    st_native = True
