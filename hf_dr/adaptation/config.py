@@ -37,7 +37,7 @@ class AdaptConfig:
     learning_rate: float | None = None  # None: the method's default
     max_length: int | None = None
     eval_steps: int | None = None
-    dev_queries: int = 30
+    dev_queries: int = 50
     negatives: str = "simans"
     k: int = 1
     m: int = 10
@@ -74,8 +74,8 @@ def work_dir(cfg: AdaptConfig) -> Path:
 
 
 #: the fewest training steps between two dev evaluations by default (every measured row's setting):
-#: 100 steps x batch 8 train on 800 triplets (2,400 texts forward and backward), about 10 times the
-#: encoding of the default dev set (30 queries x 20 candidates)
+#: 100 steps x batch 8 train on 800 triplets (2,400 texts forward and backward), about 7 times the
+#: encoding of the default dev set (50 queries x 20 candidates)
 EVAL_FLOOR = 100
 #: the most dev evaluations of one run (an --eval-steps below max-steps / 10 is raised to it)
 MAX_EVALUATIONS = 10

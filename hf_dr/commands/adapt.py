@@ -51,7 +51,7 @@ def register(sub) -> None:
     p.add_argument("--max-length", type=positive_int, default=None, help="max tokens (default: the model's own)")
     p.add_argument("--eval-steps", type=positive_int, default=None,
                    help="checkpoint + dev evaluation every N steps (default max-steps / 5, at least 100)")
-    p.add_argument("--dev-queries", type=positive_int, default=30,
+    p.add_argument("--dev-queries", type=positive_int, default=50,
                    help="training queries held out for the pseudo-labelled dev set (each: its teacher's top 10 + 10 "
                         "hard negatives)")
     p.add_argument("--negatives", default="simans", choices=["bm25", "simans", "random"])

@@ -29,7 +29,7 @@ def register(sub) -> None:
     p.add_argument("--simans-score-scale", type=finite_float, default=None,
                    help="dense scores x this before SimANS (default: the dense model's own similarity, 20 for "
                         "cosine models, so that a=0.5 is not ~uniform over cosine scores; 1 for dot)")
-    p.add_argument("--dev-queries", type=non_negative_int, default=30, help="queries held out for the dev set")
+    p.add_argument("--dev-queries", type=non_negative_int, default=50, help="queries held out for the dev set")
     p.add_argument("--max-queries", type=positive_int, default=None, help="label only the first N queries (quick checks)")
     p.add_argument("--max-length", type=positive_int, default=None, help="max tokens when encoding with the dense model")
     p.add_argument("--embeddings", default=None,

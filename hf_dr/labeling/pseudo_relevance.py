@@ -102,7 +102,7 @@ class PseudoLabelConfig:
         "help": "multiply the dense scores by this before Eq. 1. a=0.5 suits dot-product scores (the paper); "
                 "with cosine scores in [-1, 1] Eq. 1 is then almost uniform over the top-K. Default: the dense "
                 "model's own similarity (hf_dr.objectives.scale.default_scale: 20 for cosine models, 1 for dot)"})
-    dev_queries: int = field(default=30, metadata={"help": "queries held out for the dev set (at most 1/5 of them)"})
+    dev_queries: int = field(default=50, metadata={"help": "queries held out for the dev set (at most 1/5 of them)"})
     dev_positives: int = field(default=10, metadata={"help": "dev set: top reranked documents counted relevant"})
     dev_negatives: int = field(default=10, metadata={"help": "dev set: negatives per query"})
     dev_negatives_from: str = field(default="teacher", metadata={
