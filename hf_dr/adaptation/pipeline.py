@@ -120,6 +120,7 @@ def check_config(cfg: AdaptConfig) -> None:
         if not (lab / "state.json").is_file() or not (lab / "dev" / "state.json").is_file():
             raise AdaptError(f"--labels {cfg.labels} is not a `hf-dr label` output folder (a datasets folder "
                              "with the triplets and dev/)")
+    _check_judged_dev(cfg)
     method.check(cfg)
     work = work_dir(cfg)
     out = Path(cfg.output).expanduser()
@@ -128,6 +129,20 @@ def check_config(cfg: AdaptConfig) -> None:
     check_output_folder(out, overwrite=cfg.overwrite,
                         inputs=local_inputs(cfg.data, cfg.model, cfg.labels, cfg.dense_teacher, cfg.rem, cfg.bm25_index,
                                             work))
+
+
+def _check_judged_dev(cfg: AdaptConfig) -> None:
+    """Refuse a ``qrels/dev.tsv`` (the judged queries that choose the checkpoint) that judges a
+    query of ``qrels/test.tsv``: the test queries would then choose."""
+    from ..data.beir import _judged_query_ids
+
+    qrels = Path(str(cfg.data)).expanduser() / "qrels"
+    if cfg.split == "dev" or not (qrels / "dev.tsv").is_file() or not (qrels / "test.tsv").is_file():
+        return
+    both = sorted(_judged_query_ids(qrels / "dev.tsv") & _judged_query_ids(qrels / "test.tsv"))
+    if both:
+        raise AdaptError(f"qrels/dev.tsv judges {len(both)} queries that qrels/test.tsv judges too (e.g. {both[0]}): "
+                         "the test queries would choose the checkpoint; judge other queries for dev.tsv")
 
 
 def _models_as_folders(cfg: AdaptConfig) -> AdaptConfig:
