@@ -425,12 +425,14 @@ def select(run: Run, labels: Labels, trained: Trained) -> Selection:
     comparison = None
     if judged:
         start_pq = trained.start_scores["judged_per_query"]
-        if kept_start:
-            chosen = trained.start_scores
+        best_dir = run_dir / "selected"  # the best checkpoint: the output, or what the starting model beat
+        if (best_dir / "config.json").is_file() and record["dev"]:
+            chosen = labels.dev.scores("dev_selected", _load_output(run, best_dir))
         else:
-            chosen = labels.dev.scores("dev_selected", _load_output(run, folder))
+            chosen = trained.start_scores
         comparison = {**resolution(chosen["judged_per_query"], start_pq),
-                      "start": trained.start_scores["judged_ndcg@10"], "selected": chosen["judged_ndcg@10"]}
+                      "start": trained.start_scores["judged_ndcg@10"], "selected": chosen["judged_ndcg@10"],
+                      "compared_step": best_step if record["dev"] else 0}
         if not kept_start and chosen.get("pseudo_ndcg@10") is not None:
             pseudo["selected"] = chosen["pseudo_ndcg@10"]
     verdict, sentence = decide(kept_start, comparison, contained and not judged, pseudo)

@@ -90,7 +90,8 @@ def rank_agreement(a: Mapping[str, Mapping[str, float]], b: Mapping[str, Mapping
 def decide(kept_start: bool, judged: dict | None, contained: bool, pseudo: dict) -> tuple[str, str]:
     """``(verdict, sentence)``: one of :data:`VERDICTS` and the numbers behind it. ``judged``: the
     :func:`resolution` of the output against the starting model on the judged dev queries, with
-    ``start`` and ``selected`` (their nDCG@10), or None; ``pseudo``: ``start`` and ``selected``
+    ``start`` and ``selected`` (their nDCG@10; with ``kept_start``, ``selected`` is the best
+    checkpoint, which lost), or None; ``pseudo``: ``start`` and ``selected``
     pseudo-dev nDCG@10 (``selected`` None when not scored)."""
     def f(x):
         return "n/a" if x is None else f"{x:.4f}"
@@ -98,8 +99,9 @@ def decide(kept_start: bool, judged: dict | None, contained: bool, pseudo: dict)
     pseudo_part = f"pseudo-dev nDCG@10 {f(pseudo.get('start'))} (start) -> {f(pseudo.get('selected'))}"
     if judged is not None:
         n, res = judged["queries"], judged["resolution"]
-        judged_part = (f"{n} judged dev queries: nDCG@10 {f(judged['start'])} (start) -> {f(judged['selected'])}, "
-                       f"difference {judged['difference']:+.4f}, resolution ±{f(res)} (p = "
+        other = "the best checkpoint" if kept_start else "the output"
+        judged_part = (f"{n} judged dev queries: nDCG@10 {f(judged['start'])} (start) -> {f(judged['selected'])} "
+                       f"({other}), difference {judged['difference']:+.4f}, resolution ±{f(res)} (p = "
                        f"{'n/a' if judged['p_value'] is None else format(judged['p_value'], '.3g')})")
         if kept_start:
             return KEPT, f"{KEPT}: no checkpoint beat it on the {judged_part}"
