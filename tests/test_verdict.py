@@ -275,11 +275,24 @@ def test_judged_dev_queries_choose_and_never_train(judged_data, tiny_bert_dir, t
     assert "judged dev nDCG@10 | pseudo-dev nDCG@10" in card
 
 
-def test_without_judged_queries_the_verdict_rests_on_pseudo_labels(tiny_bert_dir, tmp_path, capsys):
+def test_without_judged_queries_the_verdict_rests_on_pseudo_labels(tiny_bert_dir, tmp_path, capsys, monkeypatch):
+    """... and the starting model's corpus encoding of the label stage (the fusion teacher's dense
+    half is this student) serves its step-0 dev evaluation and its test evaluation."""
+    import hf_dr.adaptation.stages as stages
+
     data = _split_sample(tmp_path / "data")
     out = tmp_path / "out"
+    found = []
+    real = stages._label_doc_vectors
+
+    def recording(run, fingerprint, data=None):
+        found.append(real(run, fingerprint, data))
+        return found[-1]
+
+    monkeypatch.setattr(stages, "_label_doc_vectors", recording)
     assert main(["adapt", "--data", str(data), "--model", str(tiny_bert_dir), "--method", "dodress", "--output",
                  str(out), *FAST]) == 0
+    assert len(found) == 2 and all(f is not None for f in found)  # step 0 and the test split's "before"
     m = json.loads((out / "metrics.json").read_text())
     assert m["selection_on"] == "pseudo" and m["judged_dev"] is None
     assert m["containment"]["contained"] is True and m["containment"]["by"] == "identity"
