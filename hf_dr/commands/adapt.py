@@ -138,4 +138,5 @@ def run(args) -> int:
         print("no labelled evaluation was possible (no qrels/test.tsv): the pseudo-labelled dev set is the only "
               f"yardstick; dev nDCG@10 {m['dev']['0']:.4f} (step 0) -> {m['selected_dev_ndcg@10']:.4f} "
               f"(step {m['selected_step']})")
+    print(f"verdict: {m['verdict_sentence']}")
     return 0
