@@ -210,7 +210,10 @@ def evaluate_model(encoder, data, *, top_k: int = 1000, metrics: Sequence[str] =
 
 class RerankEvaluator:
     """Rank each query's judged candidates with an encoder and score the ranking (the dev-set
-    protocol of DoDress, papers/004 §5.2: 10 pseudo-positives + 90 random negatives per query).
+    protocol of DoDress, papers/004 §5.2: 10 pseudo-positives + 90 random negatives per query; the
+    label pipeline's default since #23: 10 pseudo-positives + 10 hard negatives). Each document is
+    encoded once per call, in length-sorted chunks, with a progress bar when ``show_progress_bar``
+    (None: on a terminal only).
 
     ``rows``: a ``datasets.Dataset`` / list of dicts with ``query_id, query, doc_id, doc, label``.
     Calling it with a model (``encode_queries`` / ``encode_corpus``) returns
