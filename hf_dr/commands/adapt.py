@@ -50,7 +50,8 @@ def register(sub) -> None:
                         "2e-6 for 10k steps)")
     p.add_argument("--max-length", type=positive_int, default=None, help="max tokens (default: the model's own)")
     p.add_argument("--eval-steps", type=positive_int, default=None,
-                   help="checkpoint + dev evaluation every N steps (default max-steps / 5, at least 100)")
+                   help="checkpoint + dev evaluation every N steps (default max-steps / 5, at least 100: a shorter "
+                        "run is evaluated at its end; at most 10 evaluations, a smaller N is raised to max-steps / 10)")
     p.add_argument("--dev-queries", type=positive_int, default=50,
                    help="training queries held out for the pseudo-labelled dev set (each: its teacher's top 10 + 10 "
                         "hard negatives)")
