@@ -151,11 +151,13 @@ def judged_dev(run: Run, labels: Labels) -> Labels:
              if any(int(g) > 0 for g in docs.values())}
     texts = dev.split_queries()
     qids = sorted(q for q in qrels if q in texts)  # none judged in qrels/test.tsv (pipeline.check_config)
-    trained_on = sorted(set(qids) & set(map(str, labels.train["query_id"]))) \
-        if "query_id" in labels.train.column_names else []
+    labelled = {str(q) for ds in (labels.train, labels.dev.rows) if "query_id" in ds.column_names
+                for q in ds["query_id"]}
+    trained_on = sorted(set(qids) & labelled)
     if trained_on:
-        raise AdaptError(f"--labels {cfg.labels}: its triplets train on {len(trained_on)} queries judged in "
-                         "qrels/dev.tsv (they choose the checkpoint); label again (hf-dr label leaves them out now)")
+        raise AdaptError(f"--labels {cfg.labels}: it labels {len(trained_on)} queries judged in qrels/dev.tsv "
+                         "(they choose the checkpoint, and are never trained on); label again (hf-dr label leaves "
+                         "them out now)")
     if not qids:
         say("select: qrels/dev.tsv judges no query with a relevant document: the pseudo-labelled dev set chooses")
         return labels
