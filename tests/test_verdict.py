@@ -309,3 +309,26 @@ def test_a_judged_dev_query_of_the_test_split_is_refused(tiny_bert_dir, tmp_path
     assert rc == 2 and "qrels/test.tsv judges too" in capsys.readouterr().err
     assert not (tmp_path / ".out.work").exists()  # refused before any work
     shutil.rmtree(data)
+
+
+def test_labels_that_trained_on_a_judged_dev_query_are_refused(tiny_bert_dir, tmp_path, capsys):
+    """A `hf-dr label` folder made before qrels/dev.tsv judged some of its queries: its triplets
+    train on queries that now choose the checkpoint. Refused; `hf-dr label` leaves them out now."""
+    from datasets import load_from_disk
+
+    data = _split_sample(tmp_path / "data")
+    labels = tmp_path / "labels"
+    label = ["label", "--data", str(data), "--dense-model", str(tiny_bert_dir), "--negatives", "bm25", "--m", "2",
+             "--max-length", "32", "--dev-queries", "2"]
+    assert main([*label, "--output", str(labels)]) == 0
+    trained = sorted(set(load_from_disk(str(labels))["query_id"]))
+    head, *rows = (data / "qrels" / "train.tsv").read_text().splitlines()
+    (data / "qrels" / "dev.tsv").write_text("\n".join([head] + [r for r in rows if r.split("\t")[0] == trained[0]])
+                                            + "\n")
+    capsys.readouterr()
+    rc = main(["adapt", "--data", str(data), "--model", str(tiny_bert_dir), "--method", "dodress", "--labels",
+               str(labels), "--output", str(tmp_path / "out"), *FAST[:-2]])
+    assert rc == 2 and "queries judged in qrels/dev.tsv" in capsys.readouterr().err
+    # labelled again, the judged query is left out
+    assert main([*label, "--output", str(tmp_path / "labels2")]) == 0
+    assert trained[0] not in set(load_from_disk(str(tmp_path / "labels2"))["query_id"])
