@@ -113,7 +113,8 @@ def decide(kept_start: bool, judged: dict | None, contained: bool, pseudo: dict)
     if kept_start:
         return KEPT, f"{KEPT}: no checkpoint beat it on the pseudo-labelled dev set ({pseudo_part})"
     if contained:
-        return PSEUDO_ONLY, (f"{PSEUDO_ONLY}: the teacher contains the starting model, so only trained checkpoints "
-                             f"competed on the pseudo-labels ({pseudo_part}); no judged query compared it with the "
-                             "starting model (qrels/dev.tsv)")
+        return PSEUDO_ONLY, (f"{PSEUDO_ONLY}: trained on them, and chosen among the trained checkpoints only: the "
+                             f"teacher contains the starting model, whose pseudo-dev score favours it and compares "
+                             f"nothing ({pseudo_part}); no judged query compared the output with the starting model "
+                             "(qrels/dev.tsv)")
     return PSEUDO_ONLY, f"{PSEUDO_ONLY}: {pseudo_part}; no judged dev query (qrels/dev.tsv)"
