@@ -311,16 +311,19 @@ def _containment(run: Run, labels: Labels, student, start_fp: str, start_scores:
     identity: :meth:`~hf_dr.adaptation.methods.Method.base_fingerprints`), or ranks the pseudo-dev
     candidates as the student does (mean Kendall tau >= :data:`~.verdict.CONTAINED_TAU`: behaviour,
     for a student built on it that records no identity, e.g. a DDR REM whose DAM was made from it)."""
-    out = {"contained": False, "by": None, "threshold": CONTAINED_TAU, "kendall_tau": None, "top10_overlap": None}
+    label_fp = (labels.stats.get("fingerprints") or {}).get("dense_model")
+    bases = run.method.base_fingerprints(run.cfg, student)
+    # the recorded identities (metrics.json): the student's, the dense models it is built on, the teacher's dense half
+    out = {"contained": False, "by": None, "threshold": CONTAINED_TAU, "kendall_tau": None, "top10_overlap": None,
+           "student_fingerprint": start_fp, "base_fingerprints": bases, "teacher_dense_fingerprint": label_fp}
     if not str(labels.teacher).startswith("fusion"):
         return {**out, "why": "the teacher has no dense half"}
-    label_fp = (labels.stats.get("fingerprints") or {}).get("dense_model")
     if not label_fp:
         return {**out, "why": "the labels do not record their dense model"}
     if label_fp == start_fp:
         return {**out, "contained": True, "by": "identity", "kendall_tau": 1.0, "top10_overlap": 1.0,
                 "why": "the teacher's dense half is the starting model"}
-    if label_fp in run.method.base_fingerprints(run.cfg, student):
+    if label_fp in bases:
         return {**out, "contained": True, "by": "identity",
                 "why": "the starting model is built on the teacher's dense half"}
     dense = _teacher_dense_model(run, label_fp)
