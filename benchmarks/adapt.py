@@ -34,6 +34,12 @@ A folder whose queries are all judged in ``qrels/test.tsv`` (TREC-DL, ArguAna) h
 queries: ``--train-fraction F`` writes a copy beside the work folders whose ``qrels/train.tsv``
 names a seeded F of the queries (their judgments are never read: `hf-dr adapt` takes only their
 ids) and whose ``qrels/test.tsv`` keeps the rest, the only queries evaluated.
+
+``--judged-dev N`` (#23) writes a copy (``DATA-judgedN``) whose ``qrels/dev.tsv`` judges N seeded
+training queries (from ``qrels/train.tsv``): the user's judged dev queries, never trained on, which
+then choose the checkpoint. Every row records the verdict (better on labelled queries / better on
+pseudo-labels only / kept the starting model) and its numbers, so a run with and one without
+judged queries count how many runs that end below zero-shot each verdict catches.
 """
 
 from __future__ import annotations
@@ -125,6 +131,27 @@ def split_queries(data: Path, work: Path, fraction: float, seed: int = 0) -> Pat
     return out
 
 
+def with_judged_dev(data: Path, work: Path, n: int, seed: int = 0) -> Path:
+    """A copy of ``data`` (corpus, queries and the other qrels linked) whose ``qrels/dev.tsv`` holds the
+    judgments of ``n`` seeded queries of ``qrels/train.tsv`` (they stay listed there; `hf-dr label`
+    and `hf-dr adapt` leave them out of training)."""
+    import random
+
+    head, *rows = (data / "qrels" / "train.tsv").read_text().splitlines()
+    qids = sorted(dict.fromkeys(r.split("\t")[0] for r in rows if int(r.split("\t")[-1]) > 0))
+    random.Random(seed).shuffle(qids)
+    dev = set(qids[:n])
+    out = work / f"{data.name}-judged{n}"
+    (out / "qrels").mkdir(parents=True, exist_ok=True)
+    for name in ("corpus.jsonl", "queries.jsonl", "qrels/train.tsv", "qrels/test.tsv"):
+        link = out / name
+        if (data / name).exists() and not link.exists():
+            link.symlink_to((data / name).resolve())
+    (out / "qrels" / "dev.tsv").write_text("\n".join([head] + [r for r in rows if r.split("\t")[0] in dev]) + "\n")
+    log(f"{out.name}: {len(dev)} judged dev queries (qrels/dev.tsv), never trained on")
+    return out
+
+
 def parse_row(spec: str, default_steps: int) -> tuple[str, str, int | None, dict[str, str]]:
     """``student:method[:steps][:flag=value...]`` -> (student, method, steps, {flag: value}); a bare
     ``student:method`` -> steps None (a defaults row: `hf-dr adapt` with no flag)."""
@@ -147,8 +174,10 @@ def main() -> int:
     ap.add_argument("--learning-rate", type=float, default=2e-5)
     ap.add_argument("--max-length", type=int, default=256, help="MiniLM's default; the labels' dense encoding too")
     ap.add_argument("--dev-queries", type=int, default=20,
-                    help="training queries held out as the pseudo-dev set (100 candidates each: every dev "
-                         "evaluation encodes 100 x this many documents)")
+                    help="training queries held out as the pseudo-dev set (20 candidates each since #23: the "
+                         "teacher's top 10 and 10 hard negatives; 100 before: 10 + 90 random)")
+    ap.add_argument("--judged-dev", type=int, default=None, metavar="N",
+                    help="judge N training queries for selection: a copy of --data with qrels/dev.tsv (#23)")
     ap.add_argument("--mlm-steps", type=int, default=300, help="cai: continual MLM steps")
     ap.add_argument("--work", default="runs/adapt")
     ap.add_argument("--no-refs", action="store_true", help="skip the BM25 / teacher rows")
@@ -160,6 +189,8 @@ def main() -> int:
     work = (REPO / a.work).resolve() if not Path(a.work).is_absolute() else Path(a.work)
     if a.train_fraction is not None:
         data = split_queries(data, work, a.train_fraction)
+    if a.judged_dev:
+        data = with_judged_dev(data, work, a.judged_dev)
     dataset = data.name
     cli = [sys.executable, "-m", "hf_dr.cli"]
     labels = work / f"labels-{dataset}"
@@ -178,7 +209,7 @@ def main() -> int:
         defaults = max_steps is None
         out = work / "-".join([dataset, student, method] + [f"{k}{v}" for k, v in extra.items()]
                               + ["defaults"] * defaults)
-        shown_data = rel(data) if a.train_fraction is None else f"{a.work}/{dataset}"
+        shown_data = rel(data) if a.train_fraction is None and not a.judged_dev else f"{a.work}/{dataset}"
         shown_model = f"{a.work}/ddr/rem" if student == "ddr-rem" else rel(MODELS[student])
         if defaults:  # the command a user types: no flag but the inputs, the output and where to cache
             flags = ["--work-dir", str(work / f"work-{dataset}")]
@@ -213,7 +244,8 @@ def main() -> int:
                  "command": shown, "machine": machine(), "metrics": {k: round(v, 4) for k, v in m["before"].items()
                                                                      if k in ("ndcg@10", "recall@100")}},
                 {"table": "adapt", "dataset": dataset, "row": spec,
-                 "system": f"{NAMES[student]} + hf-dr adapt --method {method} ({budget}; pseudo-dev picked step "
+                 "system": f"{NAMES[student]} + hf-dr adapt --method {method} ({budget}; "
+                           f"{'judged' if m.get('selection_on') == 'judged' else 'pseudo'}-dev picked step "
                            f"{m['selected_step']}" + ("" if m.get("starting_model_is_candidate", True)
                                                       else ", step 0 no candidate") + ")",
                  "command": shown, "machine": machine(),
@@ -225,10 +257,14 @@ def main() -> int:
                  "defaults": defaults, "config": m.get("config"),
                  "dev": m["dev"], "selected_step": m["selected_step"], "below_zero_shot": m["below_zero_shot"],
                  "starting_model_is_candidate": m.get("starting_model_is_candidate"), "last_checkpoint": last,
+                 # #23: what the output says, and on what evidence
+                 "verdict": m.get("verdict"), "verdict_sentence": m.get("verdict_sentence"),
+                 "selection_on": m.get("selection_on"), "judged_dev": m.get("judged_dev"),
+                 "containment": m.get("containment"),
                  "budget": b}]
         save_rows("adapt", rows, merge_key=("table", "dataset", "row"))
         log(f"{spec}: before {m['before']['ndcg@10']:.4f} after {m['after']['ndcg@10']:.4f} p={m['p_value']:.3g} "
-            f"selected step {m['selected_step']} (training {b['train_minutes']:.1f} min)")
+            f"selected step {m['selected_step']} (training {b['train_minutes']:.1f} min); verdict: {m.get('verdict')}")
     if not a.no_refs:
         log("reference rows: BM25, teacher")
         save_rows("adapt", reference_rows(data, dataset, a.max_length), merge_key=("table", "dataset", "row"))

@@ -198,7 +198,10 @@ def format_table(rows: Mapping[str, Mapping[str, float]], metrics: Sequence[str]
 
 class RerankEvaluator:
     """Rank each query's judged candidates with an encoder and score the ranking (the dev-set
-    protocol of DoDress, papers/004 §5.2: 10 pseudo-positives + 90 random negatives per query).
+    protocol of DoDress, papers/004 §5.2: 10 pseudo-positives + 90 random negatives per query; the
+    label pipeline's default since #23: 10 pseudo-positives + 10 hard negatives). Each document is
+    encoded once per call, in length-sorted chunks, with a progress bar when ``show_progress_bar``
+    (None: on a terminal only).
 
     ``rows``: a ``datasets.Dataset`` / list of dicts with ``query_id, query, doc_id, doc, label``.
     Calling it with a model (``encode_queries`` / ``encode_corpus``) returns
@@ -206,29 +209,61 @@ class RerankEvaluator:
     """
 
     def __init__(self, rows, metrics: Sequence[str] = ("ndcg@10",), batch_size: int = 32,
-                 max_length: int | None = None):
+                 max_length: int | None = None, show_progress_bar: bool | None = False,
+                 desc: str = "dev evaluation"):
         rows = list(rows)
         if not rows:
             raise ValueError("the dev set is empty: nothing to evaluate")
         self.queries = {str(r["query_id"]): r["query"] for r in rows}
-        self.docs = {str(r["doc_id"]): r["doc"] for r in rows}
+        self.docs = {str(r["doc_id"]): r["doc"] for r in rows}  # each document encoded once
         self.qrels: dict[str, dict[str, int]] = {}
         for r in rows:
             self.qrels.setdefault(str(r["query_id"]), {})[str(r["doc_id"])] = int(r["label"])
         self.metrics, self.batch_size, self.max_length = tuple(metrics), batch_size, max_length
+        # None: a progress bar on a terminal only (tqdm's disable=None)
+        self.show_progress_bar, self.desc = show_progress_bar, desc
 
-    def run(self, model) -> Run:
+    def _encode_docs(self, model, dids: list[str], kw: dict):
+        """The documents ``dids`` encoded in length-sorted chunks, one progress bar over them."""
+        from tqdm.auto import tqdm
+
+        order = sorted(range(len(dids)), key=lambda i: -len(self.docs[dids[i]]))
+        chunk = max(4 * self.batch_size, 64)
+        parts = []
+        disable = None if self.show_progress_bar is None else not self.show_progress_bar
+        with tqdm(total=len(dids), desc=f"{self.desc} ({len(self.queries)} queries)", unit="doc",
+                  disable=disable, leave=False) as bar:
+            for s in range(0, len(order), chunk):
+                idx = order[s:s + chunk]
+                parts.append(model.encode_corpus([self.docs[dids[i]] for i in idx], **kw))
+                bar.update(len(idx))
+        back = np.argsort(np.asarray(order, dtype=np.int64))
+        if parts and hasattr(parts[0], "tocsr"):
+            import scipy.sparse as sp
+
+            return sp.vstack([p.tocsr() for p in parts]).tocsr()[back]
+        return np.concatenate([np.asarray(p, dtype=np.float32) for p in parts])[back]
+
+    def run(self, model, doc_vectors: Mapping[str, np.ndarray] | None = None) -> Run:
+        """Every query's candidates scored by ``model``. ``doc_vectors``: dense vectors of some of the
+        documents by this very model (e.g. the label stage's corpus encoding), not encoded again."""
         qids, dids = list(self.queries), list(self.docs)
         kw = {"batch_size": self.batch_size, "show_progress_bar": False}
         if self.max_length is not None:
             kw["max_length"] = self.max_length
         q = model.encode_queries([self.queries[i] for i in qids], **kw)
-        d = model.encode_corpus([self.docs[i] for i in dids], **kw)
-        col = {x: j for j, x in enumerate(dids)}
         if hasattr(q, "tocsr"):  # sparse (SPLADE) vectors: one sparse product, never densified
-            s = (q.tocsr() @ d.tocsr().T).toarray()
+            d = self._encode_docs(model, dids, kw)
+            col = {x: j for j, x in enumerate(dids)}
+            s = (q.tocsr() @ d.T).toarray()
             return {qid: {x: float(s[i, col[x]]) for x in self.qrels[qid]} for i, qid in enumerate(qids)}
-        q, d = np.asarray(q, dtype=np.float32), np.asarray(d, dtype=np.float32)
+        known = doc_vectors or {}
+        todo = [x for x in dids if x not in known]
+        new = self._encode_docs(model, todo, kw) if todo else None
+        vec = {x: new[j] for j, x in enumerate(todo)}
+        q = np.asarray(q, dtype=np.float32)
+        d = np.stack([np.asarray(vec[x] if x in vec else known[x], dtype=np.float32) for x in dids])
+        col = {x: j for j, x in enumerate(dids)}
         return {qid: {x: float(d[col[x]] @ q[i]) for x in self.qrels[qid]} for i, qid in enumerate(qids)}
 
     def __call__(self, model) -> dict[str, float]:

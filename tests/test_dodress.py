@@ -163,16 +163,20 @@ def test_end_to_end_on_a_scifact_slice(tmp_path, tiny_encoder, scifact200, negat
         assert not {x["neg_id"] for x in rows} & {d for d, _ in top}
         if negatives == "bm25":  # negatives from the reranked list itself
             assert all(x["pos_score"] >= x["neg_score"] for x in rows)
-    # dev: 10 graded pseudo-positives (2, 2, 1 x 8) + 90 random negatives per query, disjoint from train
+    # dev: 10 graded pseudo-positives (2, 2, 1 x 8) + 10 hard negatives per query (#23: from the
+    # teacher's ranks below 20 of the BM25 candidates, where papers/004 has 90 random ones), disjoint from train
     dev_q = set(res.dev["query_id"])
-    assert len(res.dev) == 5 * 100 and not dev_q & set(per_q)
-    labels = [r["label"] for r in res.dev if r["query_id"] == sorted(dev_q)[0]]
-    assert labels.count(2) == 2 and labels.count(1) == 8 and labels.count(0) == 90
+    assert len(res.dev) == 5 * 20 and not dev_q & set(per_q)
+    q0 = sorted(dev_q)[0]
+    labels = [r["label"] for r in res.dev if r["query_id"] == q0]
+    assert labels.count(2) == 2 and labels.count(1) == 8 and labels.count(0) == 10
+    ranked = [d for d, _ in sorted(reranked[q0].items(), key=lambda x: (-x[1], x[0]))]
+    assert {r["doc_id"] for r in res.dev if r["query_id"] == q0 and r["label"] == 0} <= set(ranked[20:])
     # on disk: load_from_disk(out) gives the triplets, parquet files, a card naming the counts
     out = tmp_path / "out"
     ds = load_from_disk(str(out))
     assert {"query_id", "query", "pos_id", "pos", "neg_id", "neg", "pos_score", "neg_score"} <= set(ds.column_names)
-    assert load_from_disk(str(out / "dev")).num_rows == 500
+    assert load_from_disk(str(out / "dev")).num_rows == 100
     assert (out / "data" / "train-00000-of-00001.parquet").is_file()
     card = (out / "README.md").read_text()
     assert "task_categories" in card and f"| {len(ds)} | 20 |" in card and negatives in card

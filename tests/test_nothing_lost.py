@@ -330,13 +330,16 @@ def test_push_dataset_of_labels_keeps_dev_and_the_dodress_card(labels_dir, tmp_p
     from huggingface_hub import DatasetCard
 
     stats = json.loads((labels_dir / "stats.json").read_text())
+    # a cache of this test's own: datasets' shared cache can answer for a folder of the same path
+    # and file names written by an earlier run (another dev set), whatever the files hold now
+    hf_cache = str(tmp_path / "hf-datasets-cache")
     out = tmp_path / "pub"
     assert main(["push", str(labels_dir), "--dataset", "--local-dir", str(out)]) == 0
     assert sorted(p.name for p in (out / "data").iterdir()) == ["dev-00000-of-00001.parquet",
                                                                  "train-00000-of-00001.parquet"]
     # as the Hub serves it: the triplets (default config) and the dev set (its own columns, its own config)
-    assert load_dataset(str(out), split="train").num_rows == stats["triplets"]
-    dev = load_dataset(str(out), "dev", split="dev")
+    assert load_dataset(str(out), split="train", cache_dir=hf_cache).num_rows == stats["triplets"]
+    dev = load_dataset(str(out), "dev", split="dev", cache_dir=hf_cache)
     assert dev.num_rows == stats["dev_rows"] > 0 and "label" in dev.column_names
     card = DatasetCard.load(out / "README.md")
     text = (out / "README.md").read_text()
@@ -348,7 +351,7 @@ def test_push_dataset_of_labels_keeps_dev_and_the_dodress_card(labels_dir, tmp_p
     assert 'load_dataset("me/labels", "dev", split="dev")' in (pub2 / "README.md").read_text()
     pub3 = Path(push_dataset(labels_dir, local_dir=tmp_path / "pub3", template="dataset"))
     assert {p.name for p in (pub3 / "data").iterdir()} == {"train.parquet", "dev.parquet"}
-    assert load_dataset(str(pub3), "dev", split="dev").num_rows == stats["dev_rows"]
+    assert load_dataset(str(pub3), "dev", split="dev", cache_dir=hf_cache).num_rows == stats["dev_rows"]
     assert 'load_dataset("your-username/pub3", "dev", split="dev")' in (pub3 / "README.md").read_text()
     # the labels folder is an input: --overwrite of a folder holding it is refused
     assert main(["push", str(labels_dir), "--dataset", "--local-dir", str(labels_dir.parent), "--overwrite"]) == 2

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["AdaptConfig", "AdaptError", "CONFIG_FIELDS", "FALLBACKS", "default_work_dir", "work_dir", "eval_steps",
-           "dtype_name", "dtype_key", "training_precision"]
+           "EVAL_FLOOR", "MAX_EVALUATIONS", "dtype_name", "dtype_key", "training_precision"]
 
 #: what a method leaves unset when it has no value of its own (cai's chain, when asked for)
 FALLBACKS = {"mlm_steps": 1000, "expand_vocabulary": True}
@@ -73,10 +73,22 @@ def work_dir(cfg: AdaptConfig) -> Path:
     return Path(cfg.work_dir).expanduser() if cfg.work_dir else default_work_dir(cfg.output)
 
 
+#: the fewest training steps between two dev evaluations by default (every measured row's setting):
+#: 100 steps x batch 8 train on 800 triplets (2,400 texts forward and backward), about 7 times the
+#: encoding of the default dev set (50 queries x 20 candidates)
+EVAL_FLOOR = 100
+#: the most dev evaluations of one run (an --eval-steps below max-steps / 10 is raised to it)
+MAX_EVALUATIONS = 10
+
+
 def eval_steps(cfg: AdaptConfig) -> int:
-    """A checkpoint + dev evaluation every ``eval_steps``; by default every fifth of the run but not
-    more often than every 100 steps (every measured row's setting), never past the end."""
-    return min(cfg.eval_steps or max(100, cfg.max_steps // 5), cfg.max_steps)
+    """A checkpoint + dev evaluation every ``eval_steps``: by default every fifth of the run, never
+    more often than every :data:`EVAL_FLOOR` steps; never more than :data:`MAX_EVALUATIONS` of them
+    (a smaller ``--eval-steps`` is raised to ``ceil(max_steps / MAX_EVALUATIONS)``); never past the
+    end. A run shorter than the floor is evaluated once, at its end (and at step 0, the starting
+    model): ``--max-steps 4`` evaluates at step 4 only."""
+    least = -(-cfg.max_steps // MAX_EVALUATIONS)
+    return min(max(cfg.eval_steps or max(EVAL_FLOOR, cfg.max_steps // 5), least), cfg.max_steps)
 
 
 def dtype_name(cfg: AdaptConfig) -> str:

@@ -3,9 +3,11 @@
 
 label (DoDress pseudo-relevance labels of the *training* queries, or a ``hf-dr label`` folder)
 -> train (the starting model scored on the dev set as "step 0"; the method's training, on a copy)
--> select (nDCG@10 on the pseudo-labelled dev set of held-out training queries, the untrained
-starting model included: no checkpoint beating it keeps the starting model; not when the teacher
-fuses BM25 with the starting model itself, whose dev labels then favour it)
+-> select (nDCG@10 on the dev set, the untrained starting model included: no checkpoint beating it
+keeps the starting model. The user's judged dev queries, ``qrels/dev.tsv``, when there are some;
+else the pseudo-labelled held-out training queries, where step 0 is no candidate when the teacher
+contains the starting model, whose dev labels then favour it; then the verdict,
+:mod:`hf_dr.adaptation.verdict`)
 -> evaluate (only now is the test split read; before / after with a paired t-test, when it has
 qrels) -> write (a Hub-ready folder ``OUT/model`` + card ``OUT/README.md`` + ``OUT/metrics.json``,
 written whole through :func:`hf_dr.io.output_folder`).
@@ -62,6 +64,7 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
     run = stages.start(with_method_defaults(cfg), say)
     # (a "generate" stage goes here: queries for a corpus that has none)
     labels = stages.label(run)
+    labels = stages.judged_dev(run, labels)  # qrels/dev.tsv: the user's judged dev queries choose
     trained = stages.train(run, labels)
     chosen = stages.select(run, labels, trained)
     evaluation = stages.evaluate(run, chosen)
@@ -117,6 +120,7 @@ def check_config(cfg: AdaptConfig) -> None:
         if not (lab / "state.json").is_file() or not (lab / "dev" / "state.json").is_file():
             raise AdaptError(f"--labels {cfg.labels} is not a `hf-dr label` output folder (a datasets folder "
                              "with the triplets and dev/)")
+    _check_judged_dev(cfg)
     method.check(cfg)
     work = work_dir(cfg)
     out = Path(cfg.output).expanduser()
@@ -125,6 +129,20 @@ def check_config(cfg: AdaptConfig) -> None:
     check_output_folder(out, overwrite=cfg.overwrite,
                         inputs=local_inputs(cfg.data, cfg.model, cfg.labels, cfg.dense_teacher, cfg.rem, cfg.bm25_index,
                                             work))
+
+
+def _check_judged_dev(cfg: AdaptConfig) -> None:
+    """Refuse a ``qrels/dev.tsv`` (the judged queries that choose the checkpoint) that judges a
+    query of ``qrels/test.tsv``: the test queries would then choose."""
+    from ..data.beir import judged_query_ids
+
+    qrels = Path(str(cfg.data)).expanduser() / "qrels"
+    if cfg.split == "dev" or not (qrels / "dev.tsv").is_file() or not (qrels / "test.tsv").is_file():
+        return
+    both = sorted(judged_query_ids(qrels / "dev.tsv") & judged_query_ids(qrels / "test.tsv"))
+    if both:
+        raise AdaptError(f"qrels/dev.tsv judges {len(both)} queries that qrels/test.tsv judges too (e.g. {both[0]}): "
+                         "the test queries would choose the checkpoint; judge other queries for dev.tsv")
 
 
 def _models_as_folders(cfg: AdaptConfig) -> AdaptConfig:

@@ -19,11 +19,12 @@ from ..stage_cache import StageCache, dataset_digest, digest
 from .config import AdaptConfig, AdaptError, dtype_key, dtype_name, eval_steps, work_dir
 from .methods import DevSet, Method, Prepared, TrainInputs, get_method, registered_methods, resolved_config
 from .student import own_max_length, save_model, set_max_length, with_prompts
+from .verdict import CONTAINED_TAU, JUDGED_DEV_MAX, JUDGED_POOL, decide, rank_agreement, resolution
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["STAGES", "METRICS", "Run", "Labels", "Trained", "Selection", "Evaluation", "start", "label", "train",
-           "select", "evaluate", "write", "results_table"]
+__all__ = ["STAGES", "METRICS", "Run", "Labels", "Trained", "Selection", "Evaluation", "start", "label",
+           "judged_dev", "train", "select", "evaluate", "write", "results_table"]
 
 #: the stages in their order (a "generate" stage will go first, for a corpus that has no queries)
 STAGES = ("label", "train", "select", "evaluate", "write")
@@ -129,6 +130,91 @@ def label(run: Run) -> Labels:
                   stats.get("reranker") or cfg.teacher, minutes)
 
 
+def judged_dev(run: Run, labels: Labels) -> Labels:
+    """``labels`` with the user's judged dev queries (``qrels/dev.tsv``) added to its dev set: a
+    candidate pool per judged query (its BM25 top :data:`~.verdict.JUDGED_POOL` and every document
+    judged for it), graded by the judgments (unjudged candidates 0). Selection then uses them.
+    At most :data:`~.verdict.JUDGED_DEV_MAX` judged queries (a seeded sample), those with at least
+    one relevant document. These queries are never training queries
+    (:func:`hf_dr.data.beir.load_training_queries`); a dev query also judged in ``qrels/test.tsv``,
+    or a ``--labels`` folder that trained on one, is refused."""
+    import dataclasses
+
+    import numpy as np
+
+    from ..data import beir
+
+    cfg, say = run.cfg, run.say
+    if cfg.split == "dev" or not beir.has_split(cfg.data, "dev"):
+        return labels
+    dev = beir.load_beir(cfg.data, split="dev")
+    qrels = {str(q): {str(d): int(g) for d, g in docs.items()} for q, docs in dev.qrels.items()
+             if any(int(g) > 0 for g in docs.values())}
+    texts = dev.split_queries()
+    qids = sorted(q for q in qrels if q in texts)  # none judged in qrels/test.tsv (pipeline.check_config)
+    labelled = {str(q) for ds in (labels.train, labels.dev.rows) if "query_id" in ds.column_names
+                for q in ds["query_id"]}
+    trained_on = sorted(set(qids) & labelled)
+    if trained_on:
+        raise AdaptError(f"--labels {cfg.labels}: it labels {len(trained_on)} queries judged in qrels/dev.tsv "
+                         "(they choose the checkpoint, and are never trained on); label again (hf-dr label leaves "
+                         "them out now)")
+    if not qids:
+        say("select: qrels/dev.tsv judges no query with a relevant document: the pseudo-labelled dev set chooses")
+        return labels
+    if len(qids) > JUDGED_DEV_MAX:
+        rng = np.random.default_rng([cfg.seed, 23])
+        qids = sorted(qids[i] for i in rng.choice(len(qids), JUDGED_DEV_MAX, replace=False))
+    doc_ids = run.data.doc_ids()
+    key = {"corpus": run.data.corpus_fingerprint(), "queries": digest([(q, texts[q]) for q in qids]),
+           "qrels": digest({q: qrels[q] for q in qids}), "pool": JUDGED_POOL}
+
+    def pool():
+        from ..evaluation import apply_self_match_rule
+        from ..retrieval import BM25Index, BM25Retriever
+
+        if cfg.bm25_index:
+            from ..retrieval.saved import SavedIndex
+
+            index = SavedIndex(cfg.bm25_index).bm25_index(run.data)
+        else:
+            index = BM25Index(doc_ids, run.data.doc_texts())
+        ranked, _ = apply_self_match_rule(BM25Retriever.from_index(index).search({q: texts[q] for q in qids},
+                                                                                JUDGED_POOL))
+        return {q: list(dict.fromkeys([*ranked.get(q, {}), *(d for d in qrels[q] if d != q)])) for q in qids}
+
+    pools = run.cache.json("judged_dev_pool", key, pool)
+    index_of = {d: i for i, d in enumerate(doc_ids)}
+    doc_texts = run.data.doc_texts()
+    rows = [{"query_id": q, "query": texts[q], "doc_id": d, "doc": doc_texts[index_of[d]],
+             "label": qrels[q].get(d, 0)} for q in qids for d in pools[q] if d in index_of]
+    say(f"select: {len(qids)} judged dev queries (qrels/dev.tsv; {len(rows)} candidates: BM25 top {JUDGED_POOL} + "
+        "the judged documents) choose the checkpoint")
+    dev_set = dataclasses.replace(labels.dev, judged=rows, key=digest([labels.dev.key, key]))
+    return dataclasses.replace(labels, dev=dev_set)
+
+
+def _label_doc_vectors(run: Run, fingerprint: str, data=None) -> tuple[list[str], Any] | None:
+    """``(doc_ids, matrix)``: the label stage's encoding of the corpus by the model of
+    ``fingerprint`` (the fusion teacher's dense half: the student itself for a dense student) at
+    the run's max length and precision, when it is in the work folder's cache; else None."""
+    import numpy as np
+
+    from ..precision import dtype_name as precision_name
+    from ..precision import encoding_dtype
+
+    data = data if data is not None else run.data
+    dt = precision_name(encoding_dtype(run.student))
+    key = {"corpus": data.corpus_fingerprint(), "model": fingerprint, "max_length": run.max_length,
+           **({"dtype": dt} if dt != "fp32" else {})}
+    p = run.cache.path("doc_embeddings", key, ".npy")
+    if not p.is_file():
+        return None
+    mat = np.load(p, mmap_mode="r")
+    ids = data.doc_ids()
+    return (ids, mat) if mat.ndim == 2 and mat.shape[0] == len(ids) else None
+
+
 def _dense_teacher(run: Run):
     """The dense model of the fusion teacher and SimANS, and its name: ``--dense-teacher``, else the
     student when it is dense, else (when one is needed) the quickstart's model."""
@@ -159,13 +245,15 @@ def _dense_teacher(run: Run):
 class Trained:
     """The candidates of the selection: the starting model ("step 0") and the checkpoints of training."""
 
-    start_dev: float  # the starting model's dev nDCG@10
+    start_dev: float  # the starting model's dev nDCG@10 (selection's: judged when there are judged dev queries)
     start_fp: str  # its fingerprint
     init: Any  # the model training started from (the student, or the method's preparation of it)
     prepared: Prepared
     record: dict  # the training's record: {"dev": {step: dev nDCG@10}, ...} (its DONE.json)
     run_dir: Path  # the training's folder, named by the hash of its inputs
     cached: bool  # the run was finished before (DONE.json)
+    start_scores: dict = field(default_factory=dict)  # DevSet.scores of the starting model
+    containment: dict = field(default_factory=dict)  # does the teacher contain the student (_containment)
 
 
 def train(run: Run, labels: Labels) -> Trained:
@@ -176,8 +264,11 @@ def train(run: Run, labels: Labels) -> Trained:
 
     cfg, method, student, say = run.cfg, run.method, run.student, run.say
     start_fp = model_fingerprint(student)
-    dev0 = labels.dev.score("dev_step0", student, start_fp)
-    say(f"dev: starting model nDCG@10 = {dev0:.4f} (step 0)")
+    label_vectors = _label_doc_vectors(run, start_fp)  # a dense student labelled with itself: encoded already
+    start_scores = labels.dev.scores("dev_step0", student, start_fp, doc_vectors=_as_vectors(label_vectors))
+    dev0 = float(start_scores["ndcg@10"])
+    say(f"dev: starting model nDCG@10 = {dev0:.4f} (step 0{', judged dev queries' if labels.dev.judged else ''})")
+    containment = _containment(run, labels, student, start_fp, start_scores)
 
     t1 = time.time()
     prepared = method.prepare(cfg, student, run.data, run.max_length, run.work, say)
@@ -204,41 +295,113 @@ def train(run: Run, labels: Labels) -> Trained:
         record = method.train(cfg, copy.deepcopy(init) if init is student else init, inputs)
         record["minutes"] = round((time.time() - t1) / 60, 2)
         run.stages["train"] = "computed"
-    return Trained(dev0, start_fp, init, prepared, record, run_dir, cached)
+    return Trained(dev0, start_fp, init, prepared, record, run_dir, cached, start_scores, containment)
+
+
+def _as_vectors(found):
+    """``{doc_id: vector}`` of :func:`_label_doc_vectors`' result (None stays None)."""
+    if found is None:
+        return None
+    ids, mat = found
+    return {d: mat[i] for i, d in enumerate(ids)}
+
+
+def _containment(run: Run, labels: Labels, student, start_fp: str, start_scores: dict) -> dict:
+    """Whether the teacher contains the starting model (its dev labels then favour it): a fusion
+    teacher whose dense half is the student, or the dense model the student is built on (recorded
+    identity: :meth:`~hf_dr.adaptation.methods.Method.base_fingerprints`), or ranks the pseudo-dev
+    candidates as the student does (mean Kendall tau >= :data:`~.verdict.CONTAINED_TAU`: behaviour,
+    for a student built on it that records no identity, e.g. a DDR REM whose DAM was made from it)."""
+    label_fp = (labels.stats.get("fingerprints") or {}).get("dense_model")
+    bases = run.method.base_fingerprints(run.cfg, student)
+    # the recorded identities (metrics.json): the student's, the dense models it is built on, the teacher's dense half
+    out = {"contained": False, "by": None, "threshold": CONTAINED_TAU, "kendall_tau": None, "top10_overlap": None,
+           "student_fingerprint": start_fp, "base_fingerprints": bases, "teacher_dense_fingerprint": label_fp}
+    if not str(labels.teacher).startswith("fusion"):
+        return {**out, "why": "the teacher has no dense half"}
+    if not label_fp:
+        return {**out, "why": "the labels do not record their dense model"}
+    if label_fp == start_fp:
+        return {**out, "contained": True, "by": "identity", "kendall_tau": 1.0, "top10_overlap": 1.0,
+                "why": "the teacher's dense half is the starting model"}
+    if label_fp in bases:
+        return {**out, "contained": True, "by": "identity",
+                "why": "the starting model is built on the teacher's dense half"}
+    dense = _teacher_dense_model(run, label_fp)
+    if dense is None:
+        return {**out, "why": "the teacher's dense model is not at hand (--dense-teacher): its agreement with the "
+                              "student was not measured"}
+    scores = labels.dev.scores("dev_teacher_dense", dense, label_fp,
+                               doc_vectors=_as_vectors(_label_doc_vectors(run, label_fp)))
+    agreement = rank_agreement(start_scores["pseudo_run"], scores["pseudo_run"])
+    tau = agreement["kendall_tau"]
+    contained = tau is not None and tau >= CONTAINED_TAU
+    run.say(f"dev: the starting model ranks the dev candidates like the teacher's dense half with mean Kendall tau "
+            f"{'n/a' if tau is None else format(tau, '.3f')} ({'>=' if contained else '<'} {CONTAINED_TAU}: "
+            f"{'contained' if contained else 'not contained'})")
+    return {**out, "contained": contained, "by": "behaviour" if contained else None, "kendall_tau": tau,
+            "top10_overlap": agreement["top10_overlap"],
+            "why": f"mean Kendall tau over {agreement['queries']} pseudo-dev queries' candidates"}
+
+
+def _teacher_dense_model(run: Run, fingerprint: str):
+    """The labels' dense model when at hand (``--dense-teacher``, else the quickstart's model that
+    a sparse student's labels use) and its weights are those recorded (``fingerprint``); else None."""
+    from ..embeddings import model_fingerprint
+    from ..models import default_model_path, load_encoder
+
+    for name in dict.fromkeys(x for x in (run.cfg.dense_teacher, default_model_path()) if x):
+        try:
+            model = load_encoder(name)
+        except Exception:  # noqa: BLE001 (not at hand: not measured)
+            continue
+        model.encode_dtype = run.cfg.dtype
+        set_max_length(model, run.max_length)
+        if model_fingerprint(model) == fingerprint:
+            return model
+    return None
 
 
 # ----------------------------------------------------------------------------- select
 @dataclass
 class Selection:
-    """The model chosen on the dev set, and the last checkpoint when it is another."""
+    """The model chosen on the dev set, the last checkpoint when it is another, and the verdict."""
 
     step: int  # 0: the starting model was kept
-    dev: float  # its dev nDCG@10
+    dev: float  # its dev nDCG@10 (selection's)
     folder: Path  # its saved model
     kept_start: bool
-    teacher_has_student: bool  # the step-0 model is shown but no candidate
-    dev_scores: dict  # {"0": ..., "STEP": ...}
+    teacher_has_student: bool  # the teacher contains the starting model (_containment)
+    dev_scores: dict  # {"0": ..., "STEP": ...} (selection's nDCG@10)
     last_step: int
     last_dir: Path  # the last checkpoint's model (when it is not the selected one)
+    start_is_candidate: bool = True  # False: step 0 shown but no candidate (contained, no judged dev query)
+    verdict: str = ""  # one of hf_dr.adaptation.verdict.VERDICTS
+    verdict_sentence: str = ""  # the verdict with its numbers
+    judged: dict | None = None  # the judged dev queries' comparison (verdict.resolution + start / selected)
+    pseudo: dict = field(default_factory=dict)  # pseudo-dev nDCG@10 per step, of the start and the selected model
 
 
 def select(run: Run, labels: Labels, trained: Trained) -> Selection:
     """The best checkpoint by dev nDCG@10, the untrained starting model included as "step 0" (no
-    checkpoint beating it keeps it) unless the teacher fuses BM25 with the starting model itself,
-    whose dev labels then favour it. Finishes the training folder: the last checkpoint's model
-    (when not selected), ``DONE.json``; the checkpoints go."""
+    checkpoint beating it keeps it). With judged dev queries (``qrels/dev.tsv``) the nDCG@10 is
+    theirs, and step 0 always competes. Without them it is the pseudo-labels', and step 0 is no
+    candidate when the teacher contains the starting model (:func:`_containment`), whose pseudo
+    dev labels then favour it. Then the verdict (:func:`hf_dr.adaptation.verdict.decide`).
+    Finishes the training folder: the last checkpoint's model (when not selected), ``DONE.json``;
+    the checkpoints go."""
     say, record, run_dir, dev0 = run.say, trained.record, trained.run_dir, trained.start_dev
+    judged = bool(labels.dev.judged)
     dev_scores = {"0": dev0, **{str(k): v for k, v in record["dev"].items()}}
     best_step, best = max(((int(s), v) for s, v in record["dev"].items()), key=lambda x: (x[1], -x[0]),
                           default=(0, float("-inf")))
-    # a fusion teacher over the starting model itself grades the dev set partly with the starting
-    # model's own scores: step 0 would be judged on labels it helped make, so it is no candidate then
-    label_dense_fp = (labels.stats.get("fingerprints") or {}).get("dense_model")
-    teacher_has_student = str(labels.teacher).startswith("fusion") and label_dense_fp == trained.start_fp
-    if teacher_has_student and record["dev"]:
-        say("select: the teacher fuses BM25 with the starting model itself, so the dev labels favour it: step 0 "
-            "is shown but is no candidate")
-    kept_start = not record["dev"] or (not teacher_has_student and not best > dev0)
+    contained = bool(trained.containment.get("contained"))
+    start_is_candidate = judged or not contained
+    if contained and record["dev"]:
+        say(f"select: the teacher contains the starting model ({trained.containment.get('why')}), so its pseudo dev "
+            "labels favour it: " + ("the judged dev queries choose, step 0 included" if judged else
+                                    "step 0 is shown but is no candidate"))
+    kept_start = not record["dev"] or (start_is_candidate and not best > dev0)
     if kept_start:
         step, dev = 0, dev0
         say(f"select: no checkpoint beats the starting model on the dev set (best {best:.4f} at step {best_step} "
@@ -260,7 +423,37 @@ def select(run: Run, labels: Labels, trained: Trained) -> Selection:
         atomic_write_json(run_dir / "DONE.json", record, indent=1)
         for c in run_dir.glob("checkpoint-*"):  # the selected weights are saved: checkpoints are not needed
             shutil.rmtree(c, ignore_errors=True)
-    return Selection(step, dev, folder, kept_start, teacher_has_student, dev_scores, last_step, last_dir)
+    # the verdict: the output against the starting model
+    pseudo_steps = record.get("dev_pseudo") or ({} if judged else record["dev"])
+    start_pseudo = trained.start_scores.get("pseudo_ndcg@10", dev0 if not judged else None)
+    pseudo = {"start": start_pseudo, "selected": start_pseudo if kept_start else pseudo_steps.get(step),
+              "steps": {"0": start_pseudo, **{str(k): v for k, v in pseudo_steps.items()}}}
+    comparison = None
+    if judged:
+        start_pq = trained.start_scores["judged_per_query"]
+        best_dir = run_dir / "selected"  # the best checkpoint: the output, or what the starting model beat
+        if (best_dir / "config.json").is_file() and record["dev"]:
+            chosen = labels.dev.scores("dev_selected", _load_output(run, best_dir))
+        else:
+            chosen = trained.start_scores
+        comparison = {**resolution(chosen["judged_per_query"], start_pq),
+                      "start": trained.start_scores["judged_ndcg@10"], "selected": chosen["judged_ndcg@10"],
+                      "compared_step": best_step if record["dev"] else 0}
+        if not kept_start and chosen.get("pseudo_ndcg@10") is not None:
+            pseudo["selected"] = chosen["pseudo_ndcg@10"]
+    verdict, sentence = decide(kept_start, comparison, contained and not judged, pseudo)
+    say(f"verdict: {sentence}")
+    return Selection(step, dev, folder, kept_start, contained, dev_scores, last_step, last_dir, start_is_candidate,
+                     verdict, sentence, comparison, pseudo)
+
+
+def _load_output(run: Run, folder: Path):
+    """A saved model of the run (the selected one, a checkpoint), with the run's prompts and precision."""
+    from ..models import load_encoder
+
+    model = with_prompts(run.cfg, load_encoder(folder))
+    model.encode_dtype = run.cfg.dtype
+    return model
 
 
 # ----------------------------------------------------------------------------- evaluate
@@ -281,7 +474,6 @@ def evaluate(run: Run, chosen: Selection) -> Evaluation:
     """The starting and the selected model on the test split, read only now (when it has qrels),
     each evaluation cached by the model's weights and the test data."""
     from ..data import beir
-    from ..models import load_encoder
 
     cfg, say = run.cfg, run.say
     if not beir.has_split(cfg.data, "test"):
@@ -291,11 +483,13 @@ def evaluate(run: Run, chosen: Selection) -> Evaluation:
     test = beir.load_beir(cfg.data, split="test")
 
     def loaded(folder):
-        model = with_prompts(cfg, load_encoder(folder))
-        model.encode_dtype = cfg.dtype
-        return model
+        return _load_output(run, folder)
 
-    before = _evaluate_cached(run.cache, run.student, test)
+    # the starting model's corpus encoding of the label stage (a dense student labelled with itself)
+    from ..embeddings import model_fingerprint
+
+    before = _evaluate_cached(run.cache, run.student, test,
+                              _label_doc_vectors(run, model_fingerprint(run.student), test))
     after = before if chosen.kept_start else _evaluate_cached(run.cache, loaded(chosen.folder), test)
     t_stat, p_value = _ttest(after, before)
     say(f"evaluate: test nDCG@10 {before['aggregate']['ndcg@10']:.4f} -> {after['aggregate']['ndcg@10']:.4f} "
@@ -309,13 +503,16 @@ def evaluate(run: Run, chosen: Selection) -> Evaluation:
     return Evaluation(True, before, after, last, t_stat, p_value)
 
 
-def _evaluate_cached(cache: StageCache, model, test) -> dict:
+def _evaluate_cached(cache: StageCache, model, test, doc_vectors=None) -> dict:
     """``{"aggregate", "per_query", "n_queries"}`` of ``model`` on the test split (the one
-    :func:`hf_dr.evaluation.evaluate` path), cached by the model's weights and the test data."""
+    :func:`hf_dr.evaluation.evaluate` path), cached by the model's weights and the test data.
+    ``doc_vectors``: ``(doc_ids, matrix)``, the corpus encoded by this model already (not again)."""
     from ..embeddings import model_fingerprint
     from ..evaluation import evaluate
     from ..precision import dtype_name as precision_name
     from ..precision import encoding_dtype
+    import numpy as np
+
     from ..retrieval import EncoderRetriever
 
     corpus_fp = test.corpus_fingerprint()
@@ -324,7 +521,10 @@ def _evaluate_cached(cache: StageCache, model, test) -> dict:
            "queries": digest(test.split_queries()), "metrics": list(METRICS), **({"dtype": dt} if dt != "fp32" else {})}
 
     def run():
-        retriever = EncoderRetriever.from_data(model, test, batch_size=32, show_progress_bar=False)
+        if doc_vectors is not None and list(doc_vectors[0]) == test.doc_ids():
+            retriever = EncoderRetriever(model, np.asarray(doc_vectors[1]), doc_vectors[0], batch_size=32)
+        else:
+            retriever = EncoderRetriever.from_data(model, test, batch_size=32, show_progress_bar=False)
         res = evaluate(retriever, test, metrics=METRICS, show_progress_bar=False)
         return {"aggregate": res.aggregate, "per_query": res.per_query, "n_queries": res.n_queries}
 
@@ -370,8 +570,14 @@ def _metrics(run: Run, labels: Labels, trained: Trained, chosen: Selection, ev: 
         "t_statistic": ev.t_statistic, "p_value": ev.p_value,
         "dev": chosen.dev_scores, "selected_step": chosen.step, "selected_dev_ndcg@10": chosen.dev,
         "kept_starting_model": chosen.kept_start, "below_zero_shot": below,
+        # the verdict (hf_dr.adaptation.verdict): one of its three phrases, and the numbers behind it
+        "verdict": chosen.verdict, "verdict_sentence": chosen.verdict_sentence,
+        "selection_on": labels.dev.source,  # "judged" (qrels/dev.tsv) or "pseudo"
+        "judged_dev": _judged_report(labels, chosen, record),
+        "dev_pseudo": chosen.pseudo.get("steps"),
         "teacher_contains_student": chosen.teacher_has_student,
-        "starting_model_is_candidate": not chosen.teacher_has_student,
+        "containment": trained.containment,
+        "starting_model_is_candidate": chosen.start_is_candidate,
         # the test score of the last checkpoint when selection chose another: how selection fared
         "last_checkpoint": ev.last,
         # mlm_steps, margin_scale: the method's own (Method.budget), None for the others
@@ -389,6 +595,16 @@ def _metrics(run: Run, labels: Labels, trained: Trained, chosen: Selection, ev: 
         **({method.name: method.report(cfg, run.student, trained.prepared)} if method.reports else {}),
         "config": resolved_config(cfg), "command": public_command(cfg.command), "stages": run.stages,
     }
+
+
+def _judged_report(labels: Labels, chosen: Selection, record: dict) -> dict | None:
+    """metrics.json's ``judged_dev``: how many judged dev queries, the smallest difference they
+    resolve (and how it is computed), the output against the starting model on them."""
+    if chosen.judged is None:
+        return None
+    return {**chosen.judged, "candidates": len(labels.dev.judged),
+            "pool": f"BM25 top {JUDGED_POOL} + the judged documents of each query",
+            "steps": {"0": chosen.judged["start"], **{str(k): v for k, v in (record.get("dev_judged") or {}).items()}}}
 
 
 def results_table(m: dict) -> str:
@@ -431,8 +647,24 @@ def _write_output(run: Run, out: Path, selected_dir: Path, metrics: dict, after)
 
         write_card(tmp, "adapted", card_data, m=metrics, source_name=source, results=results_table(metrics),
                    st=sentence_transformers_class(tmp / "model"),
-                   dev_rows="\n".join(f"| {s}{' (starting model)' if s == '0' else ''} | {v:.4f} |"
-                                      for s, v in sorted(metrics["dev"].items(), key=lambda x: int(x[0]))),
+                   dev_rows=_dev_table(metrics),
                    budget=metrics["budget"], warning=warning, model_name=public_name(cfg.model),
                    method_rows="".join(f"{row}\n" for row in run.method.card_rows(metrics)),
                    command=metrics["command"] or "(library call: hf_dr.adaptation.pipeline.adapt)")
+
+
+def _dev_table(m: dict) -> str:
+    """The card's table of dev nDCG@10 per step (the judged queries' and the pseudo-labels' when
+    both were scored)."""
+    pseudo = m.get("dev_pseudo") or {}
+    judged = m.get("selection_on") == "judged"
+
+    def cell(v):
+        return "" if v is None else f"{v:.4f}"
+
+    head = "| step | judged dev nDCG@10 | pseudo-dev nDCG@10 |\n|---:|---:|---:|" if judged else \
+        "| step | dev nDCG@10 |\n|---:|---:|"
+    rows = [f"| {s}{' (starting model)' if s == '0' else ''} | {cell(v)} |" + (f" {cell(pseudo.get(s))} |" if judged else "")
+            for s, v in sorted(m["dev"].items(), key=lambda x: int(x[0]))]
+    return "\n".join([head, *rows])
+

@@ -50,8 +50,11 @@ def register(sub) -> None:
                         "2e-6 for 10k steps)")
     p.add_argument("--max-length", type=positive_int, default=None, help="max tokens (default: the model's own)")
     p.add_argument("--eval-steps", type=positive_int, default=None,
-                   help="checkpoint + dev evaluation every N steps (default max-steps / 5, at least 100)")
-    p.add_argument("--dev-queries", type=positive_int, default=50, help="training queries held out for the dev set")
+                   help="checkpoint + dev evaluation every N steps (default max-steps / 5, at least 100: a shorter "
+                        "run is evaluated at its end; at most 10 evaluations, a smaller N is raised to max-steps / 10)")
+    p.add_argument("--dev-queries", type=positive_int, default=50,
+                   help="training queries held out for the pseudo-labelled dev set (each: its teacher's top 10 + 10 "
+                        "hard negatives)")
     p.add_argument("--negatives", default="simans", choices=["bm25", "simans", "random"])
     p.add_argument("--k", type=positive_int, default=1, help="pseudo-positives per query")
     p.add_argument("--m", type=positive_int, default=10, help="negatives per pseudo-positive")
@@ -136,4 +139,5 @@ def run(args) -> int:
         print("no labelled evaluation was possible (no qrels/test.tsv): the pseudo-labelled dev set is the only "
               f"yardstick; dev nDCG@10 {m['dev']['0']:.4f} (step 0) -> {m['selected_dev_ndcg@10']:.4f} "
               f"(step {m['selected_step']})")
+    print(f"verdict: {m['verdict_sentence']}")
     return 0

@@ -32,7 +32,7 @@ from datasets import Dataset
 logger = logging.getLogger(__name__)
 
 __all__ = ["BeirData", "BeirFormatError", "BeirSourceError", "load_beir", "looks_local", "parse_grade", "save_beir",
-           "load_qrels", "save_qrels",
+           "load_qrels", "save_qrels", "judged_query_ids",
            "iter_corpus", "has_split", "load_training_queries", "load_corpus", "cache_root", "CorpusHash",
            "corpus_fingerprint"]
 
@@ -539,7 +539,7 @@ def has_split(path_or_id: str | os.PathLike, split: str) -> bool:
     return (p / "qrels" / f"{split}.tsv").is_file() if p.is_dir() else True
 
 
-def _judged_query_ids(qfile: Path) -> set[str]:
+def judged_query_ids(qfile: Path) -> set[str]:
     """The query ids of a qrels file (read by the one qrels line parser), without its judgments."""
     return {qid for _, qid, _, _ in _qrels_lines(Path(qfile))}
 
@@ -554,19 +554,25 @@ def load_training_queries(path_or_id: str | os.PathLike, split: str = "train"
       training query, except those judged in the folder's ``qrels/test.tsv`` (held out for
       evaluation; only their ids are read). ``data`` is then loaded with ``split=None``.
 
+    Either way, a query judged in ``qrels/dev.tsv`` (the user's judged dev queries, which choose
+    the checkpoint in ``hf-dr adapt``) is never a training query, unless ``split`` is ``dev``.
+
     ``split="test"`` is refused (``ValueError``): test queries are for evaluation only.
     """
     if split == "test":
         raise ValueError("training queries cannot come from the test split (it is for evaluation only); "
                          "use --split train")
+    dev_file = Path(os.fspath(path_or_id)).expanduser() / "qrels" / "dev.tsv"
+    dev_ids = judged_query_ids(dev_file) if split != "dev" and dev_file.is_file() else set()
     if has_split(path_or_id, split):
         data = load_beir(path_or_id, split=split)
-        return data, data.split_queries(), True
+        return data, {q: t for q, t in data.split_queries().items() if q not in dev_ids}, True
     data = load_beir(path_or_id, split=None)
     queries = dict(zip(data.queries["_id"], data.queries["text"]))
     test_file = Path(os.fspath(path_or_id)).expanduser() / "qrels" / "test.tsv"
+    queries = {q: t for q, t in queries.items() if q not in dev_ids}
     if test_file.is_file():
-        held_out = _judged_query_ids(test_file)
+        held_out = judged_query_ids(test_file)
         queries = {q: t for q, t in queries.items() if q not in held_out}
         if not queries:
             raise BeirFormatError(f"{path_or_id}: no training queries: every query is judged in qrels/test.tsv "

@@ -83,7 +83,7 @@ def train_on_pseudo_labels(model, train, output_dir: str | Path, dev=None, *, ob
                            batch_size: int = 8, max_steps: int = 10_000, eval_steps: int = 1000,
                            dev_max_length: int | None = None, seed: int = 42, logging_steps: int = 50,
                            save_total_limit: int | None = 2, resume_from_checkpoint=None, dtype: str | None = None,
-                           **training_kwargs):
+                           evaluator=None, **training_kwargs):
     """Train ``model`` on pseudo-label triplets (rows ``query, pos, neg``, and ``pos_score`` /
     ``neg_score`` for ``teacher_scores``) with ``objective`` (default RankNet) through the one
     :class:`~hf_dr.training.RetrievalTrainer`. With ``dev`` (rows ``query_id, query, doc_id, doc,
@@ -92,7 +92,9 @@ def train_on_pseudo_labels(model, train, output_dir: str | Path, dev=None, *, ob
     are in ``trainer.state.log_history``, ``eval_ndcg@10``). ``collator`` defaults to a
     :class:`~hf_dr.data.RetrievalCollator` (with the ``scores`` column when ``teacher_scores``).
     ``resume_from_checkpoint`` as :meth:`RetrievalTrainer.train` reads it (``"last"``: the newest
-    complete checkpoint of ``output_dir``). ``dtype`` (``auto`` | ``fp32`` | ``bf16`` | ``fp16``,
+    complete checkpoint of ``output_dir``). ``evaluator``: ``model -> {"ndcg@10": ..., ...}`` used on
+    ``dev`` instead of its :class:`~hf_dr.evaluation.RerankEvaluator` (e.g. the adapt pipeline's
+    dev set with judged queries). ``dtype`` (``auto`` | ``fp32`` | ``bf16`` | ``fp16``,
     :mod:`hf_dr.precision`): the Trainer's mixed precision and the precision of the dev set's encoding
     (``None``: neither is changed). Returns the trainer.
     """
@@ -127,7 +129,8 @@ def train_on_pseudo_labels(model, train, output_dir: str | Path, dev=None, *, ob
                                                neg_column="neg", score_column="scores" if teacher_scores else None)
     if objective is None:
         objective = RankNetObjective()  # scale: the model's own similarity
-    evaluator = RerankEvaluator(dev, metrics=("ndcg@10",), max_length=dev_max_length or max_length) if has_dev else None
+    if evaluator is None and has_dev:
+        evaluator = RerankEvaluator(dev, metrics=("ndcg@10",), max_length=dev_max_length or max_length)
     trainer = RetrievalTrainer(model=model, args=args, train_dataset=train, eval_dataset=dev if has_dev else None,
                                data_collator=collator, objective=objective, evaluator=evaluator)
     trainer.train(resume_from_checkpoint)

@@ -18,24 +18,74 @@ __all__ = ["Method", "TripletMethod", "TrainingSetup", "TrainInputs", "DevSet", 
 
 @dataclass
 class DevSet:
-    """The pseudo-labelled dev set (rows ``query_id, query, doc_id, doc, label``) that chooses the
-    checkpoint, and how a model is scored on it: nDCG@10, cached by the model's weights."""
+    """The dev set that chooses the checkpoint, and how a model is scored on it (nDCG@10, cached by
+    the model's weights): the pseudo-labelled rows (``query_id, query, doc_id, doc, label``: held-out
+    training queries, their teacher's top 10 and a few hard negatives) and, when the user judged a
+    few queries (``qrels/dev.tsv``), ``judged`` rows of the same shape (a candidate pool per judged
+    query, graded by the judgments): selection's nDCG@10 is then the judged one. One evaluation
+    encodes each candidate document once, with a progress bar (on a terminal)."""
 
-    rows: Any  # a datasets.Dataset
-    key: str  # the hash of its content (hf_dr.stage_cache.dataset_digest)
+    rows: Any  # a datasets.Dataset (the pseudo-labelled dev set)
+    key: str  # the hash of its content (hf_dr.stage_cache.dataset_digest), the judged rows' included
     max_length: int
     cache: StageCache
+    judged: list | None = None  # rows of the judged dev queries (qrels/dev.tsv), or None
     _evaluator: Any = field(default=None, init=False, repr=False)
 
-    def score(self, stage: str, model, fingerprint: str | None = None) -> float:
-        """``model``'s dev nDCG@10, cached as ``stage`` (``fingerprint``: the model's, when known)."""
-        from ...embeddings import model_fingerprint
+    @property
+    def source(self) -> str:
+        """What selection's nDCG@10 is measured on: ``judged`` or ``pseudo``."""
+        return "judged" if self.judged else "pseudo"
+
+    def _queries(self) -> dict[str, list[str]]:
+        ev = self._get_evaluator()
+        judged = {str(r["query_id"]) for r in self.judged or []}
+        return {"pseudo": [q for q in ev.queries if q not in judged], "judged": [q for q in ev.queries if q in judged]}
+
+    def _get_evaluator(self):
         from ...evaluation import RerankEvaluator
 
         if self._evaluator is None:
-            self._evaluator = RerankEvaluator(self.rows, metrics=("ndcg@10",), max_length=self.max_length)
-        key = {"model": fingerprint or model_fingerprint(model), "dev": self.key, "max_length": self.max_length}
-        return self.cache.json(stage, key, lambda: float(self._evaluator(model)["ndcg@10"]))
+            self._evaluator = RerankEvaluator(list(self.rows) + list(self.judged or []), metrics=("ndcg@10",),
+                                              max_length=self.max_length, show_progress_bar=None)
+        return self._evaluator
+
+    def evaluate(self, model, doc_vectors=None) -> dict:
+        """``model`` on the dev set: ``ndcg@10`` (selection's), ``pseudo_ndcg@10`` (and
+        ``judged_ndcg@10``), their per-query scores, and the pseudo-dev ranking (``pseudo_run``)."""
+        from ...evaluation import evaluate_run
+
+        ev = self._get_evaluator()
+        run = ev.run(model, doc_vectors)
+        out: dict = {}
+        for name, qs in self._queries().items():
+            if qs:
+                res = evaluate_run({q: ev.qrels[q] for q in qs}, run, ("ndcg@10",))
+                out[f"{name}_ndcg@10"] = float(res.aggregate["ndcg@10"])
+                out[f"{name}_per_query"] = res.per_query["ndcg@10"]
+        out["ndcg@10"] = out[f"{self.source}_ndcg@10"]
+        out["pseudo_run"] = {q: run[q] for q in self._queries()["pseudo"]}
+        return out
+
+    def scores(self, stage: str, model, fingerprint: str | None = None, doc_vectors=None) -> dict:
+        """:meth:`evaluate`, cached as ``stage`` (``fingerprint``: the model's, when known;
+        ``doc_vectors``: documents this model has encoded already)."""
+        from ...embeddings import model_fingerprint
+
+        key = {"model": fingerprint or model_fingerprint(model), "dev": self.key, "max_length": self.max_length,
+               "v": 2}
+        return self.cache.json(stage, key, lambda: self.evaluate(model, doc_vectors))
+
+    def score(self, stage: str, model, fingerprint: str | None = None) -> float:
+        """``model``'s dev nDCG@10 (selection's), cached as ``stage``."""
+        return float(self.scores(stage, model, fingerprint)["ndcg@10"])
+
+    def trainer_evaluator(self):
+        """The Trainer's evaluator: ``{"ndcg@10", "pseudo_ndcg@10"[, "judged_ndcg@10"]}``."""
+        def evaluator(model) -> dict[str, float]:
+            return {k: v for k, v in self.evaluate(model).items() if k.endswith("ndcg@10")}
+
+        return evaluator
 
 
 @dataclass
@@ -128,6 +178,13 @@ class Method:
         """The model of a training checkpoint, saved whole to ``folder``."""
         return self.save(cfg, self.checkpoint_to_model(init, checkpoint), folder)
 
+    def base_fingerprints(self, cfg: AdaptConfig, student) -> list[str]:
+        """Fingerprints (:func:`hf_dr.embeddings.model_fingerprint`) of the dense models the student
+        is built on, besides its own (e.g. the backbone a ``BERMEncoder`` wraps): a fusion teacher
+        whose dense half is one of them contains the student. By default what the student records
+        as ``base_fingerprints``."""
+        return list(getattr(student, "base_fingerprints", None) or [])
+
     def budget(self, cfg: AdaptConfig, record: dict) -> dict:
         """The method's own entries of metrics.json's ``budget`` (e.g. ``mlm_steps``)."""
         return {}
@@ -183,11 +240,15 @@ class TripletMethod(Method):
             max_steps=cfg.max_steps, eval_steps=eval_steps(cfg), seed=cfg.seed,
             logging_steps=max(1, min(50, cfg.max_steps // 10)), save_total_limit=None,
             resume_from_checkpoint="last" if last else None, disable_tqdm=not cfg.show_progress_bar,
-            dtype=cfg.dtype)
+            dtype=cfg.dtype, evaluator=inputs.dev.trainer_evaluator())
         model = trainer.model
         model.eval()
-        dev = {int(e["step"]): float(e["eval_ndcg@10"]) for e in trainer.state.log_history if "eval_ndcg@10" in e}
+        logs = trainer.state.log_history
+        dev = {int(e["step"]): float(e["eval_ndcg@10"]) for e in logs if "eval_ndcg@10" in e}
+        by_set = {f"dev_{name}": {int(e["step"]): float(e[f"eval_{name}_ndcg@10"]) for e in logs
+                                  if f"eval_{name}_ndcg@10" in e} for name in ("pseudo", "judged")}
         if dev:  # the best checkpoint is loaded at the end of training
             self.save(cfg, model, run_dir / "selected")
         best = trainer.state.best_model_checkpoint
-        return {"dev": dev, **setup.record, "best_checkpoint": Path(best).name if best else None}
+        return {"dev": dev, **{k: v for k, v in by_set.items() if v}, **setup.record,
+                "best_checkpoint": Path(best).name if best else None}

@@ -82,16 +82,20 @@ class DDR(Method):
                   resume_from_checkpoint=last or False, save=False)
         del mlm
         checkpoints = sorted(run_dir.glob("checkpoint-*"), key=lambda c: int(c.name.split("-")[-1]))
-        dev = {}
+        dev, by_set = {}, {"dev_pseudo": {}, "dev_judged": {}}
         for ckpt in checkpoints:  # ``model`` is a copy: each checkpoint's DAM is loaded into it in turn
             step = int(ckpt.name.split("-")[-1])
             model.load_dam(str(ckpt))
-            dev[step] = inputs.dev.score("dev_ddr", model)
+            scores = inputs.dev.scores("dev_ddr", model)
+            dev[step] = scores["ndcg@10"]
+            for name in ("pseudo", "judged"):
+                if f"{name}_ndcg@10" in scores:
+                    by_set[f"dev_{name}"][step] = scores[f"{name}_ndcg@10"]
             say(f"dev: target DAM at step {step}: nDCG@10 = {dev[step]:.4f}")
         if dev:
             best = max(dev, key=lambda s: (dev[s], -s))
             self.save_checkpoint(cfg, model, run_dir / f"checkpoint-{best}", run_dir / "selected")
-        return {"dev": dev}
+        return {"dev": dev, **{k: v for k, v in by_set.items() if v}}
 
     def checkpoint_to_model(self, init, checkpoint: Path):
         """``init`` (the REM) with the checkpoint's DAM."""

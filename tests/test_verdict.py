@@ -1,0 +1,334 @@
+"""Issue #23, items 2 and 3: the verdict of ``hf-dr adapt`` (better on labelled queries / better on
+pseudo-labels only / kept the starting model), the user's judged dev queries (``qrels/dev.tsv``)
+choosing the checkpoint and kept out of training, the behavioural teacher-contains-student rule,
+and a cheap dev evaluation (small candidate sets, each document encoded once, a progress bar, a
+schedule that never evaluates more often than it trains)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from hf_dr.adaptation.verdict import (CONTAINED_TAU, KEPT, LABELLED, PSEUDO_ONLY, VERDICTS, decide, rank_agreement,
+                                      resolution)
+from hf_dr.cli import main
+from tests.conftest import SAMPLE
+from tests.test_adapt import FAST, _split_sample
+
+DEV_IDS = 6  # judged dev queries taken from the 30 training queries of the split sample
+
+
+# ----------------------------------------------------------------------------- the verdict
+def test_resolution_is_the_paired_t_confidence_half_width():
+    before = {str(i): 0.5 for i in range(10)}
+    same_gain = {q: v + 0.1 for q, v in before.items()}  # every query gains 0.1: resolved exactly
+    r = resolution(same_gain, before)
+    assert r["queries"] == 10 and r["difference"] == pytest.approx(0.1) and r["resolution"] == pytest.approx(0.0)
+    assert r["p_value"] == 0.0
+    noisy = {q: v + (0.3 if int(q) % 2 else -0.25) for q, v in before.items()}  # +0.025 on average, spread 0.29
+    r = resolution(noisy, before)
+    from scipy.stats import t, ttest_rel
+
+    d = np.array([noisy[q] - before[q] for q in sorted(before)])
+    assert r["resolution"] == pytest.approx(t.ppf(0.975, 9) * d.std(ddof=1) / np.sqrt(10))
+    assert r["difference"] < r["resolution"]
+    assert r["p_value"] == pytest.approx(ttest_rel([noisy[q] for q in sorted(before)],
+                                                   [before[q] for q in sorted(before)]).pvalue)
+    assert resolution({"a": 1.0}, {"a": 0.0})["resolution"] is None  # one query resolves nothing
+
+
+def test_verdict_strings():
+    assert VERDICTS == ("better on labelled queries", "better on pseudo-labels only", "kept the starting model")
+    pseudo = {"start": 0.80, "selected": 0.85}
+    judged = {"queries": 20, "difference": 0.08, "resolution": 0.05, "p_value": 0.01, "start": 0.6, "selected": 0.68}
+    v, sentence = decide(False, judged, False, pseudo)
+    assert v == LABELLED and sentence.startswith(LABELLED) and "20 judged dev queries" in sentence
+    assert "±0.0500" in sentence and "+0.0800" in sentence
+    # a gain below what 20 judged queries resolve is never "better on labelled queries"
+    small = {**judged, "difference": 0.02, "selected": 0.62, "p_value": 0.4}
+    v, sentence = decide(False, small, False, pseudo)
+    assert v == PSEUDO_ONLY and "less than they can resolve" in sentence and "0.8500" in sentence
+    assert decide(False, {**judged, "resolution": None}, False, pseudo)[0] == PSEUDO_ONLY  # too few judged queries
+    assert decide(True, {**judged, "difference": 0.0, "selected": 0.6}, False, pseudo)[0] == KEPT
+    # no judged query: the pseudo-labels alone
+    v, sentence = decide(False, None, False, pseudo)
+    assert v == PSEUDO_ONLY and "no judged dev query" in sentence
+    v, sentence = decide(False, None, True, {"start": 0.88, "selected": 0.83})
+    assert v == PSEUDO_ONLY and "contains the starting model" in sentence
+    assert decide(True, None, False, {"start": 0.8, "selected": 0.8})[0] == KEPT
+
+
+# ----------------------------------------------------------------------------- the schedule
+@pytest.mark.parametrize("max_steps, given, want", [
+    (4, None, 4),      # shorter than the floor: once, at the end (and step 0)
+    (1, None, 1),
+    (300, None, 100),  # every measured row's setting
+    (500, None, 100),
+    (1000, None, 200),
+    (4, 2, 2),         # as given
+    (100, 1, 10),      # at most 10 dev evaluations: raised
+    (10_000, 10, 1000),
+    (4, 50, 4),        # never past the end
+])
+def test_eval_schedule_never_evaluates_more_often_than_it_trains(max_steps, given, want):
+    from hf_dr.adaptation.config import MAX_EVALUATIONS, AdaptConfig, eval_steps
+
+    cfg = AdaptConfig(data="d", model="m", method="dodress", output="o", max_steps=max_steps, eval_steps=given)
+    assert eval_steps(cfg) == want
+    assert max_steps // eval_steps(cfg) <= MAX_EVALUATIONS
+
+
+# ----------------------------------------------------------------------------- cheap dev evaluation
+def _dev_rows(n_queries=4, per_query=6):
+    from hf_dr.data import load_beir
+
+    data = load_beir(SAMPLE, split="test")
+    queries = list(data.split_queries().items())[:n_queries]
+    docs = list(zip(data.doc_ids(), data.doc_texts()))
+    rows = []
+    for i, (q, text) in enumerate(queries):
+        for j in range(per_query):  # overlapping candidate lists: documents shared between queries
+            d, t = docs[(i * per_query // 2 + j) % len(docs)]
+            rows.append({"query_id": q, "query": text, "doc_id": d, "doc": t, "label": int(j < 2) + int(j == 0)})
+    return rows
+
+
+def test_dev_evaluation_encodes_each_document_once_with_a_progress_bar(tiny_bert_dir, capsys):
+    from hf_dr.evaluation import RerankEvaluator
+    from hf_dr.models import load_encoder
+
+    model = load_encoder(tiny_bert_dir)
+    rows = _dev_rows()
+    encoded = []
+    real = model.encode_corpus
+
+    def counting(texts, **kw):
+        encoded.extend(texts)
+        return real(texts, **kw)
+
+    model.encode_corpus = counting
+    ev = RerankEvaluator(rows, max_length=32, show_progress_bar=True)
+    run = ev.run(model)
+    unique = {r["doc_id"] for r in rows}
+    assert len(encoded) == len(unique) < len(rows)
+    assert "dev evaluation (4 queries)" in capsys.readouterr().err
+    # documents this model encoded already (the label stage's corpus encoding) are not encoded again
+    known = dict(zip(sorted(unique)[:5], real([r["doc"] for r in sorted({r["doc_id"]: r for r in rows}.values(),
+                                                                        key=lambda r: r["doc_id"])][:5],
+                                              max_length=32)))
+    encoded.clear()
+    again = ev.run(model, doc_vectors=known)
+    assert len(encoded) == len(unique) - 5
+    for q in run:
+        for d in run[q]:
+            assert again[q][d] == pytest.approx(run[q][d], abs=1e-5)
+
+
+def test_pseudo_dev_set_is_small_with_hard_negatives(tmp_path):
+    """The dev set: per held-out query its teacher's top 10 + 10 negatives from the teacher's ranks
+    below 20 of the BM25 candidates (20 candidates, not the 100 of papers/004)."""
+    from hf_dr.data import load_beir
+    from hf_dr.labeling.pseudo_relevance import PseudoLabelConfig, build_pseudo_labels
+    from hf_dr.retrieval import BM25Index
+    from tests.test_degenerate_labels import CraftedTeacher  # BM25's own scores, for these queries
+
+    data = load_beir(SAMPLE, split="test")
+    index = BM25Index(data.doc_ids(), data.doc_texts())
+    res = build_pseudo_labels(data, tmp_path / "labels", PseudoLabelConfig(negatives="bm25", k=1, m=2, dev_queries=4),
+                              reranker=CraftedTeacher(index), bm25=index, cache_dir=tmp_path / "cache",
+                              show_progress_bar=False)
+    dev = res.dev.to_list()
+    by_q = {}
+    for r in dev:
+        by_q.setdefault(r["query_id"], []).append(r)
+    assert len(by_q) == 4 and not set(by_q) & set(res.train["query_id"])
+    from hf_dr.retrieval import BM25Retriever
+
+    bm25 = BM25Retriever.from_index(index).search({q: rows[0]["query"] for q, rows in by_q.items()}, 100)
+    for q, rows in by_q.items():
+        assert [r["label"] for r in rows] == [2, 2] + [1] * 8 + [0] * 10
+        ranked = sorted(bm25[q], key=lambda d: (-bm25[q][d], d))  # the teacher here is BM25 itself
+        negatives = [r["doc_id"] for r in rows if r["label"] == 0]
+        assert all(d in ranked[20:] for d in negatives)
+
+
+# ----------------------------------------------------------------------------- contained student
+def _other_bert(tmp_path, tiny_tokenizer, seed=7):
+    """A tiny random BERT unrelated to tiny_bert_dir (another seed)."""
+    import torch
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(seed)
+    cfg = BertConfig(vocab_size=len(tiny_tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=128)
+    d = tmp_path / f"other-{seed}"
+    BertForMaskedLM(cfg).save_pretrained(d)
+    tiny_tokenizer.save_pretrained(d)
+    return d
+
+
+def _fake_run(tmp_path, student, method, dense_teacher, data):
+    from hf_dr.adaptation.config import AdaptConfig
+    from hf_dr.stage_cache import StageCache
+
+    cfg = AdaptConfig(data=str(SAMPLE), model="m", method=method.name, output=str(tmp_path / "o"),
+                      dense_teacher=str(dense_teacher), max_length=32)
+    return SimpleNamespace(cfg=cfg, method=method, student=student, max_length=32, data=data,
+                           cache=StageCache(tmp_path / "cache"), say=lambda s: None)
+
+
+def _containment(tmp_path, student, method, teacher_dir):
+    from hf_dr.adaptation.methods import DevSet
+    from hf_dr.adaptation.stages import _containment
+    from hf_dr.data import load_beir
+    from hf_dr.embeddings import model_fingerprint
+    from hf_dr.models import load_encoder
+
+    teacher = load_encoder(teacher_dir)
+    run = _fake_run(tmp_path, student, method, teacher_dir, load_beir(SAMPLE, split="test"))
+    dev = DevSet(_dev_rows(6, 8), "dev-key", 32, run.cache)
+    labels = SimpleNamespace(teacher="fusion(bm25,teacher,w=[1.0, 1.0])", dev=dev,
+                             stats={"fingerprints": {"dense_model": model_fingerprint(teacher)}})
+    fp = model_fingerprint(student)
+    return _containment(run, labels, student, fp, dev.scores("dev_step0", student, fp))
+
+
+def test_a_berm_student_around_the_teachers_dense_model_is_contained(tiny_bert_dir, tmp_path):
+    """BERM wraps the teacher's dense model: another fingerprint, the same model. Contained by the
+    identity it records (its base model), and its ranking agrees with the dense half's."""
+    from hf_dr.adaptation.config import AdaptConfig
+    from hf_dr.adaptation.methods import get_method
+    from hf_dr.evaluation import RerankEvaluator
+    from hf_dr.models import load_encoder
+
+    berm = get_method("berm")
+    student = berm.load_student(AdaptConfig(data="d", model=str(tiny_bert_dir), method="berm", output="o"))
+    assert type(student).__name__ == "BERMEncoder"
+    c = _containment(tmp_path, student, berm, tiny_bert_dir)
+    assert c["contained"] is True and c["by"] == "identity" and "built on" in c["why"]
+    # and by behaviour, without the recorded identity
+    ev = RerankEvaluator(_dev_rows(6, 8), max_length=32)
+    agreement = rank_agreement(ev.run(student), ev.run(load_encoder(tiny_bert_dir)))
+    assert agreement["kendall_tau"] >= CONTAINED_TAU
+    student.base_fingerprints = []
+    c = _containment(tmp_path / "b", student, berm, tiny_bert_dir)
+    assert c["contained"] is True and c["by"] == "behaviour" and c["kendall_tau"] >= CONTAINED_TAU
+
+
+def test_an_unrelated_student_is_not_contained(tiny_bert_dir, tiny_tokenizer, tmp_path):
+    from hf_dr.adaptation.methods import get_method
+    from hf_dr.models import load_encoder
+
+    student = load_encoder(_other_bert(tmp_path, tiny_tokenizer))
+    c = _containment(tmp_path, student, get_method("dodress"), tiny_bert_dir)
+    assert c["contained"] is False and c["kendall_tau"] is not None and c["kendall_tau"] < CONTAINED_TAU
+
+
+# ----------------------------------------------------------------------------- judged dev queries
+@pytest.fixture(scope="module")
+def judged_data(tmp_path_factory):
+    """The split sample (30 training, 20 test queries) whose qrels/dev.tsv judges 6 of the 30
+    training queries (still listed in qrels/train.tsv: they must not train)."""
+    d = _split_sample(tmp_path_factory.mktemp("judged") / "data")
+    head, *rows = (d / "qrels" / "train.tsv").read_text().splitlines()
+    dev_ids = list(dict.fromkeys(r.split("\t")[0] for r in rows))[:DEV_IDS]
+    (d / "qrels" / "dev.tsv").write_text("\n".join([head] + [r for r in rows if r.split("\t")[0] in dev_ids]) + "\n")
+    return d, set(dev_ids)
+
+
+def test_judged_dev_queries_choose_and_never_train(judged_data, tiny_bert_dir, tmp_path, capsys):
+    from datasets import load_from_disk
+
+    from hf_dr.data.beir import load_training_queries
+
+    data, dev_ids = judged_data
+    _, queries, _ = load_training_queries(data, "train")
+    assert len(queries) == 30 - DEV_IDS and not set(queries) & dev_ids
+    out = tmp_path / "out"
+    rc = main(["adapt", "--data", str(data), "--model", str(tiny_bert_dir), "--method", "dodress", "--output",
+               str(out), *FAST])
+    text = capsys.readouterr().out
+    assert rc == 0
+    assert f"select: {DEV_IDS} judged dev queries" in text and "verdict: " in text
+    labels = out.with_name(".out.work") / "labels"
+    assert not set(load_from_disk(str(labels))["query_id"]) & dev_ids  # no triplet of a judged query
+    assert not set(load_from_disk(str(labels / "dev"))["query_id"]) & dev_ids
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["selection_on"] == "judged" and m["verdict"] in VERDICTS
+    j = m["judged_dev"]
+    assert j["queries"] == DEV_IDS and j["resolution"] is not None and j["method"].startswith("paired t")
+    assert set(j["steps"]) == set(m["dev"]) == {"0", "2", "4"}
+    assert m["dev"]["0"] == pytest.approx(j["start"])  # selection's step 0 is the judged score
+    # the judgments are independent of the teacher: step 0 competes although the teacher contains it
+    assert m["teacher_contains_student"] is True and m["starting_model_is_candidate"] is True
+    if m["verdict"] == LABELLED:
+        assert j["difference"] >= j["resolution"] > 0 or j["difference"] > 0 == j["resolution"]
+    if m["kept_starting_model"]:
+        assert m["verdict"] == KEPT
+    card = (out / "README.md").read_text()
+    assert f"## Verdict: {m['verdict']}" in card and f"Selection used {DEV_IDS} queries judged" in card
+    assert "judged dev nDCG@10 | pseudo-dev nDCG@10" in card
+
+
+def test_without_judged_queries_the_verdict_rests_on_pseudo_labels(tiny_bert_dir, tmp_path, capsys, monkeypatch):
+    """... and the starting model's corpus encoding of the label stage (the fusion teacher's dense
+    half is this student) serves its step-0 dev evaluation and its test evaluation."""
+    import hf_dr.adaptation.stages as stages
+
+    data = _split_sample(tmp_path / "data")
+    out = tmp_path / "out"
+    found = []
+    real = stages._label_doc_vectors
+
+    def recording(run, fingerprint, data=None):
+        found.append(real(run, fingerprint, data))
+        return found[-1]
+
+    monkeypatch.setattr(stages, "_label_doc_vectors", recording)
+    assert main(["adapt", "--data", str(data), "--model", str(tiny_bert_dir), "--method", "dodress", "--output",
+                 str(out), *FAST]) == 0
+    assert len(found) == 2 and all(f is not None for f in found)  # step 0 and the test split's "before"
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["selection_on"] == "pseudo" and m["judged_dev"] is None
+    assert m["containment"]["contained"] is True and m["containment"]["by"] == "identity"
+    assert m["verdict"] == (KEPT if m["kept_starting_model"] else PSEUDO_ONLY)
+    assert "No query was judged for selection" in (out / "README.md").read_text()
+
+
+def test_a_judged_dev_query_of_the_test_split_is_refused(tiny_bert_dir, tmp_path, capsys):
+    data = _split_sample(tmp_path / "data")
+    test = (data / "qrels" / "test.tsv").read_text().splitlines()
+    (data / "qrels" / "dev.tsv").write_text("\n".join(test[:3]) + "\n")
+    rc = main(["adapt", "--data", str(data), "--model", str(tiny_bert_dir), "--method", "dodress", "--output",
+               str(tmp_path / "out"), *FAST])
+    assert rc == 2 and "qrels/test.tsv judges too" in capsys.readouterr().err
+    assert not (tmp_path / ".out.work").exists()  # refused before any work
+    shutil.rmtree(data)
+
+
+def test_labels_that_trained_on_a_judged_dev_query_are_refused(tiny_bert_dir, tmp_path, capsys):
+    """A `hf-dr label` folder made before qrels/dev.tsv judged some of its queries: its triplets
+    train on queries that now choose the checkpoint. Refused; `hf-dr label` leaves them out now."""
+    from datasets import load_from_disk
+
+    data = _split_sample(tmp_path / "data")
+    labels = tmp_path / "labels"
+    label = ["label", "--data", str(data), "--dense-model", str(tiny_bert_dir), "--negatives", "bm25", "--m", "2",
+             "--max-length", "32", "--dev-queries", "2"]
+    assert main([*label, "--output", str(labels)]) == 0
+    trained = sorted(set(load_from_disk(str(labels))["query_id"]))
+    head, *rows = (data / "qrels" / "train.tsv").read_text().splitlines()
+    (data / "qrels" / "dev.tsv").write_text("\n".join([head] + [r for r in rows if r.split("\t")[0] == trained[0]])
+                                            + "\n")
+    capsys.readouterr()
+    rc = main(["adapt", "--data", str(data), "--model", str(tiny_bert_dir), "--method", "dodress", "--labels",
+               str(labels), "--output", str(tmp_path / "out"), *FAST[:-2]])
+    assert rc == 2 and "queries judged in qrels/dev.tsv" in capsys.readouterr().err
+    # labelled again, the judged query is left out
+    assert main([*label, "--output", str(tmp_path / "labels2")]) == 0
+    assert trained[0] not in set(load_from_disk(str(tmp_path / "labels2"))["query_id"])
