@@ -117,6 +117,15 @@ def is_other_process() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1 and int(os.environ.get("RANK", "0")) != 0
 
 
+def add_resumable_output_arguments(parser, inputs: str) -> None:
+    """``--no-progress`` and ``--overwrite`` of a command writing a resumable sharded folder
+    (``hf-dr encode``, ``hf-dr generate-queries``); ``inputs``: what ``--overwrite`` never deletes."""
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--overwrite", action="store_true",
+                        help=f"replace a non-empty --output (once the new folder is complete; never one holding "
+                             f"{inputs}), and start again a crashed run begun with other settings")
+
+
 def add_dtype_argument(parser, what: str = "encoding") -> None:
     """``--dtype auto|fp32|bf16|fp16``, the one precision flag of every command that encodes or trains
     (:mod:`hf_dr.precision`)."""

@@ -7,7 +7,8 @@ or ``torchrun``: each process encodes its own shards). ``hf-dr evaluate --embedd
 
 from __future__ import annotations
 
-from ..cli import add_dtype_argument, add_prompt_arguments, apply_prompt_arguments, positive_int
+from ..cli import (add_dtype_argument, add_prompt_arguments, add_resumable_output_arguments, apply_prompt_arguments,
+                   positive_int)
 
 
 def register(sub) -> None:
@@ -26,10 +27,7 @@ def register(sub) -> None:
                                                   "under accelerate each process its own)")
     add_dtype_argument(p)
     add_prompt_arguments(p)
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace a non-empty --output (once the new folder is complete; never one holding --data or "
-                        "--model), and start again a crashed run begun with other settings")
+    add_resumable_output_arguments(p, "--data or --model")
     p.set_defaults(func=run)
 
 

@@ -14,7 +14,7 @@ How many: GPL's rule, ceil(--num-queries / |corpus|) per document (default 250,0
 
 from __future__ import annotations
 
-from ..cli import positive_int
+from ..cli import add_resumable_output_arguments, positive_int
 
 
 def register(sub) -> None:
@@ -27,7 +27,7 @@ def register(sub) -> None:
     p.add_argument("--generator", default=DEFAULT_GENERATOR,
                    help=f"terms | cloze | span | doc2query:ID (default {DEFAULT_GENERATOR}: measured, docs/adapt.md)")
     p.add_argument("--queries-per-doc", type=positive_int, default=None,
-                   help=f"queries per document (default: GPL's ceil(--num-queries / |corpus|))")
+                   help="queries per document (default: GPL's ceil(--num-queries / |corpus|))")
     p.add_argument("--num-queries", type=positive_int, default=GPL_TOTAL,
                    help=f"target total (default {GPL_TOTAL:,}, GPL's); below the corpus size, one query for each of "
                         "that many documents drawn by --seed")
@@ -37,10 +37,7 @@ def register(sub) -> None:
                    help=f"documents per shard (default {DEFAULT_SHARD_SIZE}): the unit of resumption")
     p.add_argument("--device", default=None, help="doc2query: cpu, cuda, cuda:1 ... (default: a GPU when there is one; "
                                                   "under accelerate each process its own)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace a non-empty --output (once the new folder is complete; never one holding --data), "
-                        "and start again a crashed run begun with other settings")
+    add_resumable_output_arguments(p, "--data or a doc2query model folder")
     p.set_defaults(func=run)
 
 

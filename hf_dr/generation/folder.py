@@ -36,7 +36,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..embeddings import _dist, _read_json, _shard_name, _write_atomic, _write_json
+from ..embeddings import _all_shards_done, _dist, _read_json, _shard_name, _shards_to_do, _write_atomic, _write_json
 from .generators import QueryGenerator, doc_seed, get_generator
 
 logger = logging.getLogger(__name__)
@@ -158,11 +158,7 @@ def generate_to_folder(corpus, output: str | os.PathLike, generator: str | Query
         return (out / "shards" / f"{_shard_name(i)}.json").is_file() and \
             (out / "shards" / f"{_shard_name(i)}.jsonl").is_file()
 
-    mine = [i for i in range(n_shards) if i % world_size == rank]
-    todo = [i for i in mine if not done(i)]
-    if len(todo) < len(mine):
-        logger.warning("%s: resuming, %d of %d shard(s) of this process already done", out,
-                       len(mine) - len(todo), len(mine))
+    todo = _shards_to_do(out, n_shards, rank, world_size, done)
     if todo:
         if hasattr(gen, "load"):  # a model: refused before any work when it cannot be loaded
             gen.load()
@@ -194,14 +190,8 @@ def generate_to_folder(corpus, output: str | os.PathLike, generator: str | Query
                               lambda p, text="".join(lines): _fsynced(p, text))
                 _write_json(out / "shards" / f"{_shard_name(i)}.json",
                             {"shard": i, "start": start, "documents": len(picked), "queries": len(lines)})
-    if state is not None:
-        state.wait_for_everyone()
-    if rank != 0:
+    if not _all_shards_done(out, n_shards, done, state, rank, GenerationError):
         return None
-    missing = [i for i in range(n_shards) if not done(i)]
-    if missing:
-        raise GenerationError(f"{out}: {len(missing)} shard(s) not done ({missing[:5]}...): run the command again "
-                              "(finished shards are kept)")
 
     def concat(p):
         with open(p, "w", encoding="utf-8") as f:
