@@ -134,6 +134,25 @@ def test_count_rules(tmp_path):
     assert len(b.queries) == 40 and b.queries == c.queries and len(set(b.sources.values())) == 40
 
 
+def test_split_over_processes_equals_one_process(tmp_path):
+    one = generate_to_folder(SAMPLE, tmp_path / "one", "cloze", queries_per_doc=2, shard_size=64,
+                             show_progress_bar=False)
+    folder = tmp_path / "two"
+    assert generate_to_folder(SAMPLE, folder, "cloze", queries_per_doc=2, shard_size=64, rank=1, world_size=2,
+                              show_progress_bar=False) is None  # its shards: 1, 3, 5, 7
+    with pytest.raises(ValueError, match="shard"):  # rank 0 alone cannot finish
+        generate_to_folder(SAMPLE, tmp_path / "alone", "cloze", queries_per_doc=2, shard_size=64, rank=0,
+                           world_size=2, show_progress_bar=False)
+    two = generate_to_folder(SAMPLE, folder, "cloze", queries_per_doc=2, shard_size=64, rank=0, world_size=2,
+                             show_progress_bar=False)
+    assert (folder / "queries.jsonl").read_bytes() == (tmp_path / "one" / "queries.jsonl").read_bytes()
+    assert two.queries == one.queries and two.sources == one.sources
+    # begun with other settings: refused, not mixed
+    with pytest.raises(ValueError, match="other settings"):
+        generate_to_folder(SAMPLE, tmp_path / "alone", "cloze", queries_per_doc=3, shard_size=64,
+                           show_progress_bar=False)
+
+
 def _cli(*args) -> list[str]:
     return [sys.executable, "-m", "hf_dr.cli", "generate-queries", "--data", str(SAMPLE), "--no-progress", *args]
 
