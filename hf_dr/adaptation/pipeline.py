@@ -123,8 +123,12 @@ def check_config(cfg: AdaptConfig) -> None:
             check_generator(cfg.generator or DEFAULT_GENERATOR)
         except ValueError as e:
             raise AdaptError(str(e)) from None
-        if Path(str(cfg.data)).expanduser().is_dir() and not (Path(str(cfg.data)).expanduser() / "corpus.jsonl").is_file():
+        folder = Path(str(cfg.data)).expanduser()
+        if folder.is_dir() and not (folder / "corpus.jsonl").is_file():
             raise AdaptError(f"{cfg.data} is not a BEIR folder: corpus.jsonl is missing")
+        if (folder / "qrels" / "test.tsv").is_file() and not (folder / "queries.jsonl").is_file():
+            raise AdaptError(f"{folder / 'qrels' / 'test.tsv'} judges queries that {cfg.data} lacks (no queries.jsonl): "
+                             "the test split could not be evaluated; add queries.jsonl or remove qrels/")
     elif cfg.generator is not None or cfg.queries_per_doc is not None or cfg.num_queries is not None:
         raise AdaptError("--generator / --queries-per-doc / --num-queries apply to generated queries: "
                          f"{cfg.data} has its own queries.jsonl (--queries generate ignores it)")
