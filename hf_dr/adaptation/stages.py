@@ -23,8 +23,7 @@ from .student import own_max_length, save_model, set_max_length, with_prompts
 logger = logging.getLogger(__name__)
 
 __all__ = ["STAGES", "METRICS", "Run", "Labels", "Trained", "Selection", "Evaluation", "start", "generate", "label",
-           "train",
-           "select", "evaluate", "write", "results_table"]
+           "train", "select", "evaluate", "write", "results_table"]
 
 #: the stages in their order ("generate": queries for a corpus that has none, or --queries generate)
 STAGES = ("generate", "label", "train", "select", "evaluate", "write")
