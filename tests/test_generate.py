@@ -263,3 +263,22 @@ def test_queries_generate_ignores_the_folders_queries(tmp_path, tiny_bert_dir, c
     assert rc == 0, capsys.readouterr().err
     m = json.loads((out / "metrics.json").read_text())
     assert m["queries"]["generator"] == "cloze" and m["labelled_evaluation"] is True and m["test_queries"] == 50
+
+
+def test_corpus_only_refusals(tmp_path, tiny_bert_dir, capsys):
+    """Refused before any work, one line each: test qrels with no queries to evaluate them; an unknown
+    generator; --labels with generated queries."""
+    data = tmp_path / "d"
+    (data / "qrels").mkdir(parents=True)
+    shutil.copy(SAMPLE / "corpus.jsonl", data / "corpus.jsonl")
+    shutil.copy(SAMPLE / "qrels" / "test.tsv", data / "qrels" / "test.tsv")
+    base = ["adapt", "--data", str(data), "--model", str(tiny_bert_dir), "--method", "pseudo-margin-mse",
+            "--output", str(tmp_path / "o")]
+    for extra, message in (([], "no queries.jsonl"), (["--generator", "bogus"], "unknown generator 'bogus'"),
+                           (["--labels", str(tmp_path)], "--labels reuses labelled queries")):
+        if extra:  # the corpus alone from here on
+            (data / "qrels" / "test.tsv").unlink(missing_ok=True)
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err
+    assert not (tmp_path / "o").exists() and not (tmp_path / ".o.work").exists()
