@@ -21,6 +21,7 @@ import warnings
 COMMANDS = [
     "hf_dr.commands.evaluate",
     "hf_dr.commands.encode",
+    "hf_dr.commands.generate",
     "hf_dr.commands.index",
     "hf_dr.commands.quickstart",
     "hf_dr.commands.push",
@@ -94,6 +95,35 @@ def dtype_name(text: str) -> str:
         return canonical_dtype(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def process_device(device: str | None) -> str | None:
+    """``--device``, or under a launcher (``accelerate launch`` / ``torchrun``: ``WORLD_SIZE`` > 1) with a
+    GPU, this process's own (``cuda:LOCAL_RANK``)."""
+    import os
+
+    if device is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        import torch
+
+        if torch.cuda.is_available():  # one GPU per process
+            device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    return device
+
+
+def is_other_process() -> bool:
+    """Under a launcher, a process other than rank 0 (it writes its shards; rank 0 finishes the folder)."""
+    import os
+
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and int(os.environ.get("RANK", "0")) != 0
+
+
+def add_resumable_output_arguments(parser, inputs: str) -> None:
+    """``--no-progress`` and ``--overwrite`` of a command writing a resumable sharded folder
+    (``hf-dr encode``, ``hf-dr generate-queries``); ``inputs``: what ``--overwrite`` never deletes."""
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--overwrite", action="store_true",
+                        help=f"replace a non-empty --output (once the new folder is complete; never one holding "
+                             f"{inputs}), and start again a crashed run begun with other settings")
 
 
 def add_dtype_argument(parser, what: str = "encoding") -> None:

@@ -133,6 +133,31 @@ def _dist() -> tuple[int, int, object]:
     return 0, 1, None
 
 
+def _shards_to_do(out: Path, n_shards: int, rank: int, world_size: int, done) -> list[int]:
+    """This process's shards (``s % world_size == rank``) that ``done(s)`` says are not finished."""
+    mine = [i for i in range(n_shards) if i % world_size == rank]
+    todo = [i for i in mine if not done(i)]
+    if len(todo) < len(mine):
+        logger.warning("%s: resuming, %d of %d shard(s) of this process already done", out,
+                       len(mine) - len(todo), len(mine))
+    return todo
+
+
+def _all_shards_done(out: Path, n_shards: int, done, state, rank: int, error: type = None) -> bool:
+    """After this process's shards: wait for the other processes (under a launcher); True on rank 0
+    once every shard is done (``error``, :class:`EmbeddingsError` by default, when one is not), False
+    on the other ranks (rank 0 finishes the folder)."""
+    if state is not None:
+        state.wait_for_everyone()
+    if rank != 0:
+        return False
+    missing = [i for i in range(n_shards) if not done(i)]
+    if missing:
+        raise (error or EmbeddingsError)(f"{out}: {len(missing)} shard(s) not done ({missing[:5]}...): run the "
+                                         "command again (finished shards are kept)")
+    return True
+
+
 def _corpus_pairs(corpus):
     """A callable giving a fresh ``(doc_id, text)`` iterator over ``corpus`` each call."""
     from .data.beir import iter_corpus
@@ -221,11 +246,7 @@ def encode_to_folder(model, corpus, output: str | os.PathLike, *, model_name: st
         return (out / "shards" / f"{_shard_name(i)}.json").is_file() and \
             (out / "shards" / (_shard_name(i) + suffix)).is_file()
 
-    mine = [i for i in range(n_shards) if i % world_size == rank]
-    todo = [i for i in mine if not done(i)]
-    if len(todo) < len(mine):
-        logger.warning("%s: resuming, %d of %d shard(s) of this process already done", out,
-                       len(mine) - len(todo), len(mine))
+    todo = _shards_to_do(out, n_shards, rank, world_size, done)
     if todo:
         todo_set = set(todo)
         n_todo_docs = sum(min(shard_size, len(doc_ids) - i * shard_size) for i in todo)
@@ -250,14 +271,8 @@ def encode_to_folder(model, corpus, output: str | os.PathLike, *, model_name: st
                         {"shard": i, "start": start, "rows": rows, "first_id": doc_ids[start],
                          "last_id": doc_ids[start + rows - 1], "dim": int(block.shape[1]),
                          "nnz": int(block.nnz) if plan["sparse"] else None})
-    if state is not None:
-        state.wait_for_everyone()
-    if rank != 0:
+    if not _all_shards_done(out, n_shards, done, state, rank):
         return None
-    missing = [i for i in range(n_shards) if not done(i)]
-    if missing:
-        raise EmbeddingsError(f"{out}: {len(missing)} shard(s) not done ({missing[:5]}...): run the command again "
-                              "(finished shards are kept)")
     shards = [_read_json(out / "shards" / f"{_shard_name(i)}.json") for i in range(n_shards)]
     manifest = {**plan, "dim": shards[0]["dim"], "n_shards": n_shards,
                 "shards": [{"file": f"shards/{_shard_name(s['shard'])}{suffix}", "start": s["start"], "rows": s["rows"],

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["AdaptConfig", "AdaptError", "CONFIG_FIELDS", "FALLBACKS", "default_work_dir", "work_dir", "eval_steps",
-           "EVAL_FLOOR", "MAX_EVALUATIONS", "dtype_name", "dtype_key", "training_precision"]
+           "EVAL_FLOOR", "MAX_EVALUATIONS", "generates_queries", "default_num_queries",
+           "dtype_name", "dtype_key", "training_precision"]
 
 #: what a method leaves unset when it has no value of its own (cai's chain, when asked for)
 FALLBACKS = {"mlm_steps": 1000, "expand_vocabulary": True}
@@ -58,6 +59,12 @@ class AdaptConfig:
     command: str | None = None
     show_progress_bar: bool = False
     dtype: str = "auto"  # auto | fp32 | bf16 | fp16: encoding and training precision (hf_dr.precision)
+    # the training queries (#23): auto = the folder's own, generated when it has no queries.jsonl; generate =
+    # generated from the corpus even when it has queries (never read then); hf_dr.generation
+    queries: str = "auto"
+    generator: str | None = None  # None: hf_dr.generation.DEFAULT_GENERATOR
+    queries_per_doc: int | None = None  # None: one per document drawn, num_queries of them (GPL's rule above |corpus|)
+    num_queries: int | None = None  # None: default_num_queries(cfg)
     query_prompt: str | None = None  # prepended to the queries by the model (None: its own prompt; "": none)
     document_prompt: str | None = None  # prepended to the documents (None: its own prompt; "": none)
 
@@ -89,6 +96,22 @@ def eval_steps(cfg: AdaptConfig) -> int:
     model): ``--max-steps 4`` evaluates at step 4 only."""
     least = -(-cfg.max_steps // MAX_EVALUATIONS)
     return min(max(cfg.eval_steps or max(EVAL_FLOOR, cfg.max_steps // 5), least), cfg.max_steps)
+
+
+def generates_queries(cfg: AdaptConfig) -> bool:
+    """Whether the run's training queries are generated from the corpus: ``--queries generate``, or
+    ``auto`` on a local folder without ``queries.jsonl``."""
+    if cfg.queries == "generate":
+        return True
+    p = Path(str(cfg.data)).expanduser()
+    return cfg.queries == "auto" and p.is_dir() and not (p / "queries.jsonl").is_file()
+
+
+def default_num_queries(cfg: AdaptConfig) -> int:
+    """How many queries the generate stage makes by default: as many as the training reads triplets
+    (``max_steps x batch_size``: each row of a batch comes, on average, from another query; a query
+    gives ``k x m`` triplets), plus ``5 x dev_queries`` (the dev set takes at most a fifth of them)."""
+    return cfg.max_steps * cfg.batch_size + 5 * cfg.dev_queries
 
 
 def dtype_name(cfg: AdaptConfig) -> str:

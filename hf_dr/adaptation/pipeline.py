@@ -1,8 +1,11 @@
 """``adapt``: adapt a retriever to a target corpus in one call (``hf-dr adapt``), in stages
 (:mod:`.stages`), the method's part asked of its :class:`~hf_dr.adaptation.methods.Method`:
 
-label (DoDress pseudo-relevance labels of the *training* queries, or a ``hf-dr label`` folder)
--> train (the starting model scored on the dev set as "step 0"; the method's training, on a copy)
+generate (queries made from the corpus — :mod:`hf_dr.generation` — when the folder has none, or
+``--queries generate``: they are the training queries) -> label (DoDress pseudo-relevance labels of
+the *training* queries, or a ``hf-dr label`` folder; a generated query's own document is always
+among the teacher's candidates) -> train (the starting model scored on the dev set as "step 0"; the
+method's training, on a copy)
 -> select (nDCG@10 on the dev set, the untrained starting model included: no checkpoint beating it
 keeps the starting model. The user's judged dev queries, ``qrels/dev.tsv``, when there are some;
 else the pseudo-labelled held-out training queries, where step 0 is no candidate when the teacher
@@ -36,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import stages
-from .config import AdaptConfig, AdaptError, default_work_dir, work_dir
+from .config import AdaptConfig, AdaptError, default_work_dir, generates_queries, work_dir
 from .methods import (METHOD_DEFAULTS, METHODS, get_method, registered_methods, resolved_config,
                       with_method_defaults)
 from .stages import results_table
@@ -62,7 +65,7 @@ def adapt(cfg: AdaptConfig, progress: Callable[[str], None] | None = None) -> Ad
     cfg = _models_as_folders(cfg)
     check_config(cfg)
     run = stages.start(with_method_defaults(cfg), say)
-    # (a "generate" stage goes here: queries for a corpus that has none)
+    stages.generate(run)  # queries for a corpus that has none (or --queries generate)
     labels = stages.label(run)
     labels = stages.judged_dev(run, labels)  # qrels/dev.tsv: the user's judged dev queries choose
     trained = stages.train(run, labels)
@@ -109,6 +112,30 @@ def check_config(cfg: AdaptConfig) -> None:
 
         if SavedIndex(cfg.bm25_index).backend != "bm25":  # not an index folder: SavedIndexError, a ValueError
             raise AdaptError(f"--index {cfg.bm25_index} is not a BM25 index (hf-dr index --data DIR --backend bm25)")
+    if cfg.queries not in ("auto", "generate"):
+        raise AdaptError(f"--queries {cfg.queries!r}: auto (the folder's own, generated when it has none) or generate")
+    for name in ("queries_per_doc", "num_queries"):
+        if getattr(cfg, name) is not None and getattr(cfg, name) < 1:
+            raise AdaptError(f"--{name.replace('_', '-')} must be at least 1")
+    if generates_queries(cfg):
+        from ..generation import DEFAULT_GENERATOR, check_generator
+
+        if cfg.labels:
+            raise AdaptError("--labels reuses labelled queries: with --queries generate (or a folder without "
+                             "queries.jsonl) nothing would be generated")
+        try:
+            check_generator(cfg.generator or DEFAULT_GENERATOR)
+        except ValueError as e:
+            raise AdaptError(str(e)) from None
+        folder = Path(str(cfg.data)).expanduser()
+        if folder.is_dir() and not (folder / "corpus.jsonl").is_file():
+            raise AdaptError(f"{cfg.data} is not a BEIR folder: corpus.jsonl is missing")
+        if (folder / "qrels" / "test.tsv").is_file() and not (folder / "queries.jsonl").is_file():
+            raise AdaptError(f"{folder / 'qrels' / 'test.tsv'} judges queries that {cfg.data} lacks (no queries.jsonl): "
+                             "the test split could not be evaluated; add queries.jsonl or remove qrels/")
+    elif cfg.generator is not None or cfg.queries_per_doc is not None or cfg.num_queries is not None:
+        raise AdaptError("--generator / --queries-per-doc / --num-queries apply to generated queries: "
+                         f"{cfg.data} has its own queries.jsonl (--queries generate ignores it)")
     if cfg.labels is None:
         try:
             PseudoLabelConfig(split=cfg.split, bm25_top=cfg.bm25_top, k=cfg.k, m=cfg.m, negatives=cfg.negatives,

@@ -16,18 +16,19 @@ from typing import Any
 
 from ..hub.paths import hub_id, public_command, public_name
 from ..stage_cache import StageCache, dataset_digest, digest
-from .config import AdaptConfig, AdaptError, dtype_key, dtype_name, eval_steps, work_dir
+from .config import (AdaptConfig, AdaptError, default_num_queries, dtype_key, dtype_name, eval_steps,
+                     generates_queries, work_dir)
 from .methods import DevSet, Method, Prepared, TrainInputs, get_method, registered_methods, resolved_config
 from .student import own_max_length, save_model, set_max_length, with_prompts
 from .verdict import CONTAINED_TAU, JUDGED_DEV_MAX, JUDGED_POOL, decide, rank_agreement, resolution
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["STAGES", "METRICS", "Run", "Labels", "Trained", "Selection", "Evaluation", "start", "label",
+__all__ = ["STAGES", "METRICS", "Run", "Labels", "Trained", "Selection", "Evaluation", "start", "generate", "label",
            "judged_dev", "train", "select", "evaluate", "write", "results_table"]
 
-#: the stages in their order (a "generate" stage will go first, for a corpus that has no queries)
-STAGES = ("label", "train", "select", "evaluate", "write")
+#: the stages in their order ("generate": queries for a corpus that has none, or --queries generate)
+STAGES = ("generate", "label", "train", "select", "evaluate", "write")
 METRICS = ("ndcg@10", "recall@100")
 
 
@@ -46,6 +47,8 @@ class Run:
     student: Any  # the untrained starting model: "step 0", the "before" row (never trained in place)
     max_length: int
     stages: dict = field(default_factory=dict)  # stage -> "computed" / "cached" / "reused"
+    sources: dict | None = None  # generated queries: {qid: the document it was made from} (generate)
+    query_source: dict | None = None  # where the training queries came from (metrics.json "queries", the card)
     started: float = field(default_factory=time.time)
 
 
@@ -58,14 +61,54 @@ def start(cfg: AdaptConfig, say: Callable[[str], None]) -> Run:
     work.mkdir(parents=True, exist_ok=True)
     cache = StageCache(work / "cache")
     started = time.time()
-    # the corpus and the training queries only (never their labels; the test split is not read here)
-    data, queries, has_train_qrels = beir.load_training_queries(cfg.data, split=cfg.split)
+    if generates_queries(cfg):  # the corpus only: the generate stage makes the training queries
+        data, queries, has_train_qrels = beir.load_corpus_data(cfg.data), {}, False
+    else:  # the corpus and the training queries only (never their labels; the test split is not read here)
+        data, queries, has_train_qrels = beir.load_training_queries(cfg.data, split=cfg.split)
     method = get_method(cfg.method)
     student = with_prompts(cfg, method.load_student(cfg))
     student.encode_dtype = cfg.dtype
     max_length = cfg.max_length or own_max_length(student)
     set_max_length(student, max_length)
     return Run(cfg, method, work, cache, say, data, queries, has_train_qrels, student, max_length, started=started)
+
+
+# ----------------------------------------------------------------------------- generate
+def generate(run: Run) -> None:
+    """The training queries made from the corpus (:func:`hf_dr.generation.generate_to_folder`), when
+    :func:`~.config.generates_queries`: ``run.queries`` and ``run.sources`` (each query's document),
+    in a folder of the stage cache keyed on the corpus, the generator, the counts and the seed (a
+    killed generation resumes from its finished shards). Otherwise records the folder's own queries."""
+    from ..generation import DEFAULT_GENERATOR, generate_to_folder, get_generator
+    from ..io import public_name
+
+    cfg, say = run.cfg, run.say
+    if not generates_queries(cfg):
+        run.query_source = {"source": "data", "queries": len(run.queries)}
+        return
+    t0 = time.time()
+    spec = cfg.generator or DEFAULT_GENERATOR
+    total = cfg.num_queries or default_num_queries(cfg)
+    try:
+        gen = get_generator(spec)
+        key = {"corpus": run.data.corpus_fingerprint(), "generator": gen.identity(), "seed": cfg.seed,
+               "queries_per_doc": cfg.queries_per_doc, "num_queries": None if cfg.queries_per_doc else total}
+        folder = run.cache.path("generate", key, "")
+        cached = (folder / "generation.json").is_file()
+        res = generate_to_folder(run.data, folder, gen, queries_per_doc=cfg.queries_per_doc, num_queries=total,
+                                 seed=cfg.seed, show_progress_bar=cfg.show_progress_bar, rank=0, world_size=1)
+    except ValueError as e:  # a doc2query model that cannot be loaded, a damaged folder
+        raise AdaptError(str(e)) from None
+    m = res.manifest
+    kind, _, ident = spec.partition(":")
+    run.queries, run.sources = res.queries, res.sources
+    run.query_source = {"source": "generated", "generator": f"{kind}:{public_name(ident)}" if ident else kind,
+                        "queries": len(res.queries), "queries_per_doc": m["queries_per_doc"],
+                        "documents": m["documents"], "n_docs": m["n_docs"], "num_queries": m["num_queries"],
+                        "seed": cfg.seed, "minutes": round((time.time() - t0) / 60, 2)}
+    run.stages["generate"] = "cached" if cached else "computed"
+    say(f"generate: {'cached' if cached else 'computed'} ({len(res.queries)} queries by {spec}, "
+        f"{m['queries_per_doc']} per document for {m['documents']} of {m['n_docs']} documents)")
 
 
 # ----------------------------------------------------------------------------- label
@@ -111,7 +154,8 @@ def label(run: Run) -> Labels:
 
             bm25 = SavedIndex(cfg.bm25_index).bm25_index(run.data)
         labels = build_pseudo_labels(run.data, run.work / "labels", pl_cfg, reranker=cfg.teacher, dense_encoder=dense,
-                                     dense_name=dense_name, bm25=bm25, queries=run.queries, cache_dir=run.work / "cache",
+                                     dense_name=dense_name, bm25=bm25, queries=run.queries, sources=run.sources,
+                                     cache_dir=run.work / "cache",
                                      command=cfg.command, show_progress_bar=cfg.show_progress_bar, overwrite=True,
                                      inputs=[cfg.data, cfg.model, cfg.dense_teacher])
         train, dev, stats = labels.train, labels.dev, labels.stats
@@ -560,7 +604,7 @@ def _metrics(run: Run, labels: Labels, trained: Trained, chosen: Selection, ev: 
     return {
         "method": cfg.method, "method_description": method.description,
         "model": public_name(cfg.model), "data": public_name(cfg.data), "split": cfg.split,
-        "training_queries_have_qrels": run.has_train_qrels, "teacher": labels.teacher,
+        "training_queries_have_qrels": run.has_train_qrels, "queries": run.query_source, "teacher": labels.teacher,
         "dense_teacher": public_name(cfg.dense_teacher) if cfg.dense_teacher else stats.get("dense_model"),
         "labels": public_name(cfg.labels) if cfg.labels else None,
         **({"bm25_index": public_name(cfg.bm25_index)} if cfg.bm25_index else {}),
@@ -588,7 +632,7 @@ def _metrics(run: Run, labels: Labels, trained: Trained, chosen: Selection, ev: 
                    "train_minutes": record.get("minutes", 0.0),
                    "minutes": round((time.time() - run.started) / 60, 2)},
         "label_stats": {k: stats.get(k) for k in ("train_queries", "dev_queries", "triplets", "dev_rows",
-                                                  "queries_without_bm25_hits", "dtype") if k in stats},
+                                                  "queries_without_bm25_hits", "sources_added", "dtype") if k in stats},
         "negatives": (stats.get("config") or {}).get("negatives", cfg.negatives),
         # an entry per reporting method (Method.report), None but for this run's
         **{m.name: None for m in registered_methods() if m.reports},

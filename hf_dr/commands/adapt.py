@@ -1,5 +1,6 @@
-"""``hf-dr adapt``: adapt a retriever to a corpus in one command — label (DoDress pseudo-relevance
-labels of the training queries, never their judgments) -> train (``--method``) -> choose the
+"""``hf-dr adapt``: adapt a retriever to a corpus in one command — generate (queries made from the
+corpus when the folder has none: a folder holding only corpus.jsonl is enough) -> label (DoDress
+pseudo-relevance labels of the training queries, never their judgments) -> train (``--method``) -> choose the
 checkpoint on a pseudo-labelled dev set (the untrained model included) -> evaluate before / after
 on the test split when it has qrels -> OUT/model (Hub folder), OUT/README.md, OUT/metrics.json.
 Every stage is cached in a work folder beside OUT (a re-run redoes only what changed; a killed
@@ -26,7 +27,8 @@ def register(sub) -> None:
 
     p = sub.add_parser("adapt", help="adapt a retriever to a corpus: label, train, select, evaluate, card",
                        description=__doc__)
-    p.add_argument("--data", required=True, help="BEIR folder (corpus.jsonl, queries.jsonl; qrels optional)")
+    p.add_argument("--data", required=True, help="BEIR folder (corpus.jsonl, queries.jsonl; qrels optional; "
+                   "corpus.jsonl alone: queries are generated)")
     p.add_argument("--model", required=True, help="the retriever to adapt (any hf-dr encoder; an MLM checkpoint "
                    "for --method cai; a trained DDR REM for --method ddr)")
     p.add_argument("--method", required=True, choices=list(METHODS), help="; ".join(f"{k}: {v}" for k, v in METHODS.items()))
@@ -36,6 +38,18 @@ def register(sub) -> None:
                         "or sparse (an MLM checkpoint such as splade-tiny as SPLADE; cai always reads it so)")
     p.add_argument("--split", default="train", help="training query split (default train; test is refused). "
                    "Without qrels/SPLIT.tsv every query not judged in qrels/test.tsv is a training query")
+    p.add_argument("--queries", default="auto", choices=["auto", "generate"],
+                   help="the training queries: auto (the folder's own; generated from the corpus when it has no "
+                        "queries.jsonl) or generate (generated even when it has queries, which are then never read)")
+    p.add_argument("--generator", default=None,
+                   help="generated queries: terms | cloze | span | doc2query:ID (default terms: measured, "
+                        "docs/adapt.md \"A corpus and nothing else\")")
+    p.add_argument("--queries-per-doc", type=positive_int, default=None,
+                   help="generated queries per document (default: one for each of --num-queries documents drawn "
+                        "by --seed; above the corpus size GPL's ceil(--num-queries / |corpus|))")
+    p.add_argument("--num-queries", type=positive_int, default=None,
+                   help="generated queries in all (default: max-steps x batch-size + 5 x dev-queries, as many as "
+                        "the training reads triplets)")
     p.add_argument("--labels", default=None, metavar="DIR", help="re-use a `hf-dr label` output folder (train + dev) "
                    "instead of labelling")
     p.add_argument("--index", default=None, metavar="IDX",
@@ -117,7 +131,8 @@ def run(args) -> int:
                       rem=args.rem, margin_scale=args.margin_scale, labels=args.labels, bm25_index=args.index, seed=args.seed,
                       overwrite=args.overwrite,
                       work_dir=args.work_dir, command=command, dtype=args.dtype, query_prompt=args.query_prompt,
-                      document_prompt=args.document_prompt)
+                      document_prompt=args.document_prompt, queries=args.queries, generator=args.generator,
+                      queries_per_doc=args.queries_per_doc, num_queries=args.num_queries)
     try:
         res = adapt(cfg, progress=print)
     except AdaptError as e:

@@ -7,7 +7,8 @@ or ``torchrun``: each process encodes its own shards). ``hf-dr evaluate --embedd
 
 from __future__ import annotations
 
-from ..cli import add_dtype_argument, add_prompt_arguments, apply_prompt_arguments, positive_int
+from ..cli import (add_dtype_argument, add_prompt_arguments, add_resumable_output_arguments, apply_prompt_arguments,
+                   positive_int)
 
 
 def register(sub) -> None:
@@ -26,18 +27,14 @@ def register(sub) -> None:
                                                   "under accelerate each process its own)")
     add_dtype_argument(p)
     add_prompt_arguments(p)
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace a non-empty --output (once the new folder is complete; never one holding --data or "
-                        "--model), and start again a crashed run begun with other settings")
+    add_resumable_output_arguments(p, "--data or --model")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    import os
     from pathlib import Path
 
-    from ..cli import CLIError
+    from ..cli import CLIError, is_other_process, process_device
     from ..embeddings import EmbeddingsError, encode_to_folder
     from ..encoding import DEFAULT_CHUNK_SIZE
     from ..io import check_output_folder, local_inputs, output_folder, partial_folder
@@ -54,17 +51,11 @@ def run(args) -> int:
     check_output_folder(out, overwrite=args.overwrite, inputs=inputs)  # before loading anything
     work = partial_folder(out)
     model = apply_prompt_arguments(load_encoder(args.model, kind=args.kind), args)
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    device = args.device
-    if device is None and world_size > 1:
-        import torch
-
-        if torch.cuda.is_available():  # one GPU per process
-            device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    device = process_device(args.device)
     kwargs = dict(model_name=args.model, batch_size=args.batch_size, max_length=args.max_length,
                   shard_size=args.shard_size or DEFAULT_CHUNK_SIZE, device=device, dtype=args.dtype,
                   show_progress_bar=not args.no_progress, restart=args.overwrite)
-    if world_size > 1 and int(os.environ.get("RANK", "0")) != 0:
+    if is_other_process():
         # another process: its shards go into the work folder; rank 0 renames it once all are done
         encode_to_folder(model, args.data, work, **kwargs)
         return 0

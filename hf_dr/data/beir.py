@@ -33,7 +33,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["BeirData", "BeirFormatError", "BeirSourceError", "load_beir", "looks_local", "parse_grade", "save_beir",
            "load_qrels", "save_qrels", "judged_query_ids",
-           "iter_corpus", "has_split", "load_training_queries", "load_corpus", "cache_root", "CorpusHash",
+           "iter_corpus", "has_split", "load_training_queries", "load_corpus", "load_corpus_data", "cache_root",
+           "CorpusHash",
            "corpus_fingerprint"]
 
 Qrels = dict[str, dict[str, int]]
@@ -530,6 +531,23 @@ def load_beir(path_or_id: str | os.PathLike, split: str | None = "test") -> Beir
         if "huggingface_hub" in type(e).__module__ or "NotFound" in type(e).__name__:
             raise _hub_error(s, e) from None
         raise
+
+
+def load_corpus_data(path_or_id: str | os.PathLike) -> BeirData:
+    """The corpus alone, as a :class:`BeirData` without queries or qrels: a local folder's
+    ``corpus.jsonl`` (memory-mapped, :func:`load_corpus`; nothing else is read, nor needed), or a Hub
+    dataset's corpus. For queries made from the corpus (:mod:`hf_dr.generation`)."""
+    from datasets import Features, Value
+
+    p = Path(os.fspath(path_or_id)).expanduser()
+    empty = Dataset.from_dict({"_id": [], "text": []}, features=Features({"_id": Value("string"),
+                                                                          "text": Value("string")}))
+    if p.is_dir():
+        corpus, fingerprint = load_corpus(p)
+        return BeirData(corpus, empty, {}, split=None, name=str(p), _fingerprint=(corpus, fingerprint))
+    data = load_beir(path_or_id, split=None)
+    data.queries = empty
+    return data
 
 
 def has_split(path_or_id: str | os.PathLike, split: str) -> bool:

@@ -222,7 +222,8 @@ def _reranker_name(reranker, dense_name) -> str:
 
 def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig | None = None, *,
                         reranker: str | Reranker = "fusion", dense_encoder=None, dense_name: str | None = None,
-                        bm25=None, queries: Mapping[str, str] | None = None, cache_dir: str | Path | None = None,
+                        bm25=None, queries: Mapping[str, str] | None = None,
+                        sources: Mapping[str, str] | None = None, cache_dir: str | Path | None = None,
                         doc_embeddings=None,
                         write_card: bool = True, command: str | None = None,
                         show_progress_bar: bool = True, overwrite: bool = False,
@@ -242,6 +243,9 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
             saved one (``hf-dr label --index IDX``: :meth:`hf_dr.retrieval.SavedIndex.bm25_index`).
         queries: ``{qid: text}`` to label instead of ``data``'s split queries (e.g. rewritten
             conversational queries, see :mod:`.rewriting`).
+        sources: ``{qid: doc id}``, the document each query was made from (generated queries,
+            :mod:`hf_dr.generation`): always among the teacher's candidates (added after BM25's
+            top-``bm25_top`` when BM25 missed it; ``stats["sources_added"]`` counts them).
         cache_dir: where stages are cached (default :func:`default_cache_dir`: ``.NAME.cache`` beside
             the output folder); share it across runs. It must not lie inside ``output_dir``.
         doc_embeddings: an embeddings folder (``hf-dr encode``) of ``data``'s corpus by ``dense_encoder``,
@@ -325,6 +329,14 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
     # the self-match rule of evaluation: a query's own document (same id, where the queries are
     # documents, as in ArguAna) is never a candidate, so never a pseudo-positive nor a negative
     bm25_run, _ = apply_self_match_rule(bm25_run)
+    sources_added = 0
+    if sources:  # a generated query's own document is always a candidate of the teacher
+        sources = {str(q): str(d) for q, d in sources.items()}
+        for q in qids:
+            d = sources.get(q)
+            if d is not None and d in index_of and d not in bm25_run.get(q, {}):
+                bm25_run[q] = {**bm25_run.get(q, {}), d: 0.0}
+                sources_added += 1
     no_hits = [q for q in qids if not bm25_run.get(q)]
     labelled = [q for q in qids if bm25_run.get(q)]
     if not labelled:
@@ -377,7 +389,8 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
         rr_ident["normalisation"] = FusionReranker.normalisation_of(ref_size)
     elif getattr(reranker, "normalisation", None) is not None:
         rr_ident["normalisation"] = reranker.normalisation
-    rr_key = {**bm25_key, "reranker": rr_ident, **({"dense": dense_key} if rr_name.startswith("fusion") else {})}
+    rr_key = {**bm25_key, "reranker": rr_ident, **({"dense": dense_key} if rr_name.startswith("fusion") else {}),
+              **({"sources": digest([(q, sources.get(q)) for q in qids])} if sources else {})}
     rr_state = {"obj": reranker if not isinstance(reranker, str) else None}
 
     def get_reranker_obj() -> Reranker:
@@ -523,6 +536,7 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
                   "rule": {r: DEGENERATE_RULE[r] for r in DEGENERATE_RULE}}
     # what the folder says about its inputs: names, never paths of this machine (it gets published)
     stats = {"source": public_name(data.name), "queries": len(qids), "queries_without_bm25_hits": len(no_hits),
+             **({"sources_added": sources_added} if sources else {}),
              "train_queries": len(train_q), "dev_queries": len(dev_q), "triplets": len(train), "dev_rows": len(dev),
              **meta, "degenerate_queries": len(found), "degenerate": degenerate,
              "reranker": _public_reranker_name(reranker, dense_name), "dense_model": public_name(dense_name),
