@@ -39,6 +39,9 @@ import numpy as np
 import scipy.sparse as sp
 
 
+from .shards import (ShardedFolderError, all_shards_done, dist, read_json, shard_name, shards_to_do, write_atomic,
+                     write_json)
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["Embeddings", "EmbeddingsError", "encode_to_folder", "model_fingerprint", "corpus_fingerprint",
@@ -52,7 +55,7 @@ _IDENTITY = ("format", "model_fingerprint", "corpus_fingerprint", "n_docs", "max
 _ABSENT = {"query_prompt": "", "document_prompt": ""}
 
 
-class EmbeddingsError(ValueError):
+class EmbeddingsError(ShardedFolderError):
     """An embeddings folder is malformed, incomplete, or was made by another model / corpus."""
 
 
@@ -96,68 +99,6 @@ def corpus_fingerprint(pairs) -> tuple[list[str], str]:
     return fingerprint(pairs)
 
 
-# ----------------------------------------------------------------------------- atomic files
-def _write_atomic(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    write(tmp)
-    os.replace(tmp, path)
-
-
-def _write_json(path: Path, obj) -> None:
-    _write_atomic(path, lambda p: p.write_text(json.dumps(obj, indent=1)))
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        obj = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise EmbeddingsError(f"{path}: not valid JSON ({e.msg}, line {e.lineno}): the folder is damaged; "
-                              "encode again into a new folder") from None
-    if not isinstance(obj, dict):
-        raise EmbeddingsError(f"{path}: expected a JSON object")
-    return obj
-
-
-def _shard_name(i: int) -> str:
-    return f"{i:05d}"
-
-
-# ----------------------------------------------------------------------------- writing
-def _dist() -> tuple[int, int, object]:
-    """(rank, world size, accelerate state or None) — a launcher sets WORLD_SIZE."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        from accelerate import PartialState
-
-        state = PartialState()
-        return state.process_index, state.num_processes, state
-    return 0, 1, None
-
-
-def _shards_to_do(out: Path, n_shards: int, rank: int, world_size: int, done) -> list[int]:
-    """This process's shards (``s % world_size == rank``) that ``done(s)`` says are not finished."""
-    mine = [i for i in range(n_shards) if i % world_size == rank]
-    todo = [i for i in mine if not done(i)]
-    if len(todo) < len(mine):
-        logger.warning("%s: resuming, %d of %d shard(s) of this process already done", out,
-                       len(mine) - len(todo), len(mine))
-    return todo
-
-
-def _all_shards_done(out: Path, n_shards: int, done, state, rank: int, error: type = None) -> bool:
-    """After this process's shards: wait for the other processes (under a launcher); True on rank 0
-    once every shard is done (``error``, :class:`EmbeddingsError` by default, when one is not), False
-    on the other ranks (rank 0 finishes the folder)."""
-    if state is not None:
-        state.wait_for_everyone()
-    if rank != 0:
-        return False
-    missing = [i for i in range(n_shards) if not done(i)]
-    if missing:
-        raise (error or EmbeddingsError)(f"{out}: {len(missing)} shard(s) not done ({missing[:5]}...): run the "
-                                         "command again (finished shards are kept)")
-    return True
-
-
 def _corpus_pairs(corpus):
     """A callable giving a fresh ``(doc_id, text)`` iterator over ``corpus`` each call."""
     from .data.beir import iter_corpus
@@ -191,7 +132,7 @@ def encode_to_folder(model, corpus, output: str | os.PathLike, *, model_name: st
     out = Path(output)
     shard_size = DEFAULT_CHUNK_SIZE if shard_size is None else shard_size
     if rank is None or world_size is None:
-        rank, world_size, state = _dist()
+        rank, world_size, state = dist()
     else:
         state = None
     if shard_size < 1:
@@ -217,7 +158,7 @@ def encode_to_folder(model, corpus, output: str | os.PathLike, *, model_name: st
     (out / "shards").mkdir(parents=True, exist_ok=True)
     plan_file = out / "plan.json"
     if plan_file.is_file():
-        old = _read_json(plan_file)
+        old = read_json(plan_file, EmbeddingsError)
         diff = [k for k in _IDENTITY if old.get(k, _ABSENT.get(k)) != plan.get(k)]
         if diff and restart and world_size == 1:
             import shutil
@@ -236,17 +177,17 @@ def encode_to_folder(model, corpus, output: str | os.PathLike, *, model_name: st
             logger.info("%s is complete: nothing to encode", out)
             return Embeddings(out) if rank == 0 else None
     elif rank == 0 or state is None:
-        _write_json(plan_file, plan)
+        write_json(plan_file, plan)
     if not (out / "doc_ids.jsonl").is_file() and rank == 0:
-        _write_atomic(out / "doc_ids.jsonl",
+        write_atomic(out / "doc_ids.jsonl",
                       lambda p: p.write_text("".join(json.dumps(d) + "\n" for d in doc_ids), encoding="utf-8"))
     suffix = ".npz" if plan["sparse"] else ".npy"
 
     def done(i: int) -> bool:
-        return (out / "shards" / f"{_shard_name(i)}.json").is_file() and \
-            (out / "shards" / (_shard_name(i) + suffix)).is_file()
+        return (out / "shards" / f"{shard_name(i)}.json").is_file() and \
+            (out / "shards" / (shard_name(i) + suffix)).is_file()
 
-    todo = _shards_to_do(out, n_shards, rank, world_size, done)
+    todo = shards_to_do(out, n_shards, rank, world_size, done)
     if todo:
         todo_set = set(todo)
         n_todo_docs = sum(min(shard_size, len(doc_ids) - i * shard_size) for i in todo)
@@ -262,23 +203,23 @@ def encode_to_folder(model, corpus, output: str | os.PathLike, *, model_name: st
         for i, block in zip(todo, blocks):
             start = i * shard_size
             rows = block.shape[0]
-            data_file = out / "shards" / (_shard_name(i) + suffix)
+            data_file = out / "shards" / (shard_name(i) + suffix)
             if plan["sparse"]:
-                _write_atomic(data_file, lambda p, b=block: sp.save_npz(open(p, "wb"), b.tocsr(), compressed=False))
+                write_atomic(data_file, lambda p, b=block: sp.save_npz(open(p, "wb"), b.tocsr(), compressed=False))
             else:
-                _write_atomic(data_file, lambda p, b=block: np.save(open(p, "wb"), np.ascontiguousarray(b, np.float32)))
-            _write_json(out / "shards" / f"{_shard_name(i)}.json",
+                write_atomic(data_file, lambda p, b=block: np.save(open(p, "wb"), np.ascontiguousarray(b, np.float32)))
+            write_json(out / "shards" / f"{shard_name(i)}.json",
                         {"shard": i, "start": start, "rows": rows, "first_id": doc_ids[start],
                          "last_id": doc_ids[start + rows - 1], "dim": int(block.shape[1]),
                          "nnz": int(block.nnz) if plan["sparse"] else None})
-    if not _all_shards_done(out, n_shards, done, state, rank):
+    if not all_shards_done(out, n_shards, done, state, rank, EmbeddingsError):
         return None
-    shards = [_read_json(out / "shards" / f"{_shard_name(i)}.json") for i in range(n_shards)]
+    shards = [read_json(out / "shards" / f"{shard_name(i)}.json", EmbeddingsError) for i in range(n_shards)]
     manifest = {**plan, "dim": shards[0]["dim"], "n_shards": n_shards,
-                "shards": [{"file": f"shards/{_shard_name(s['shard'])}{suffix}", "start": s["start"], "rows": s["rows"],
+                "shards": [{"file": f"shards/{shard_name(s['shard'])}{suffix}", "start": s["start"], "rows": s["rows"],
                             **({"nnz": s["nnz"]} if plan["sparse"] else {})} for s in shards],
                 "doc_ids": "doc_ids.jsonl"}
-    _write_json(out / "manifest.json", manifest)
+    write_json(out / "manifest.json", manifest)
     return Embeddings(out)
 
 
@@ -387,7 +328,7 @@ class Embeddings(EncodedVectors):
                                       "`hf-dr encode` command again to complete it")
             raise EmbeddingsError(f"{self.path} is not an embeddings folder (no manifest.json); make one with "
                                   "`hf-dr encode --data DIR --model M --output {self.path}`")
-        m = _read_json(mf)
+        m = read_json(mf, EmbeddingsError)
         need = ("format", "n_docs", "sparse", "dim", "shards", "doc_ids", "model_fingerprint", "max_length")
         missing = [k for k in need if k not in m]
         if missing:

@@ -214,7 +214,7 @@ def test_cli_encode_writes_the_folder_whole_and_resumes_after_a_kill(tiny_bert_d
     out = tmp_path / "emb"
     argv = ["encode", "--data", str(SAMPLE), "--model", str(tiny_bert_dir), "--output", str(out),
             "--shard-size", "100", "--no-progress"]
-    real = E._write_atomic
+    real = E.write_atomic
     written = []
 
     def killed_at_shard_2(path, write):
@@ -223,7 +223,7 @@ def test_cli_encode_writes_the_folder_whole_and_resumes_after_a_kill(tiny_bert_d
         written.append(path.name)
         return real(path, write)
 
-    monkeypatch.setattr(E, "_write_atomic", killed_at_shard_2)
+    monkeypatch.setattr(E, "write_atomic", killed_at_shard_2)
     with pytest.raises(Crash):
         main(argv)
     partial = tmp_path / ".emb.partial"
@@ -231,7 +231,7 @@ def test_cli_encode_writes_the_folder_whole_and_resumes_after_a_kill(tiny_bert_d
                                                                                                   "00001.json"]
     # the same command again: only the unfinished shards are encoded, then the folder appears whole
     written.clear()
-    monkeypatch.setattr(E, "_write_atomic", lambda path, write: (written.append(path.name), real(path, write))[1])
+    monkeypatch.setattr(E, "write_atomic", lambda path, write: (written.append(path.name), real(path, write))[1])
     assert main(argv) == 0
     assert sorted(n for n in written if n.endswith(".npy")) == ["00002.npy", "00003.npy", "00004.npy"]
     assert not partial.exists() and len(Embeddings(out)) == 500
@@ -258,17 +258,17 @@ def test_cli_encode_partial_work_of_other_settings(tiny_bert_dir, tmp_path, caps
 
     argv = ["encode", "--data", str(SAMPLE), "--model", str(tiny_bert_dir), "--output", str(tmp_path / "emb"),
             "--shard-size", "250", "--no-progress"]
-    real = E._write_atomic
+    real = E.write_atomic
 
     def killed(path, write):
         if path.name == "00001.npy":
             raise Crash("killed")
         return real(path, write)
 
-    monkeypatch.setattr(E, "_write_atomic", killed)
+    monkeypatch.setattr(E, "write_atomic", killed)
     with pytest.raises(Crash):
         main(argv)
-    monkeypatch.setattr(E, "_write_atomic", real)
+    monkeypatch.setattr(E, "write_atomic", real)
     # resumed with other settings: refused (the partial work is kept); --overwrite starts again
     assert main([*argv, "--max-length", "16"]) == 2
     assert "begun with other settings" in capsys.readouterr().err

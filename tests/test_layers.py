@@ -179,12 +179,13 @@ def test_importing_a_layer_loads_none_of_what_it_must_not(layer, forbidden):
 #: hf-dr's layers, bottom first (docs/development.md draws them): a module imports its own layer and
 #: those below it, never one above. Every module of the package has its place here.
 LAYERS = (
-    ("core", ("hf_dr.io", "hf_dr.extras", "hf_dr.stage_cache", "hf_dr.devices", "hf_dr.precision",
+    ("core", ("hf_dr.io", "hf_dr.extras", "hf_dr.stage_cache", "hf_dr.shards", "hf_dr.devices", "hf_dr.precision",
               "hf_dr.encoding")),
     ("data, models, objectives", ("hf_dr.data", "hf_dr.models", "hf_dr.st_encoder", "hf_dr.embeddings",
                                   "hf_dr.losses", "hf_dr.objectives")),
     ("search, metrics, training", ("hf_dr.retrieval", "hf_dr.evaluation", "hf_dr.metrics", "hf_dr.training")),
-    ("labels, factory, publishing", ("hf_dr.labeling", "hf_dr.analysis", "hf_dr.factory", "hf_dr.hub")),
+    ("queries, labels, factory, publishing", ("hf_dr.generation", "hf_dr.labeling", "hf_dr.analysis", "hf_dr.factory",
+                                              "hf_dr.hub")),
     ("workflows", ("hf_dr.adaptation", "hf_dr.serving")),
     ("command line", ("hf_dr.commands", "hf_dr.cli")),
 )

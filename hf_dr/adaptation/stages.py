@@ -80,7 +80,6 @@ def generate(run: Run) -> None:
     in a folder of the stage cache keyed on the corpus, the generator, the counts and the seed (a
     killed generation resumes from its finished shards). Otherwise records the folder's own queries."""
     from ..generation import DEFAULT_GENERATOR, generate_to_folder, get_generator
-    from ..io import public_name
 
     cfg, say = run.cfg, run.say
     if not generates_queries(cfg):

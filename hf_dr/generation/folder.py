@@ -36,7 +36,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..embeddings import _all_shards_done, _dist, _read_json, _shard_name, _shards_to_do, _write_atomic, _write_json
+from ..shards import all_shards_done, dist, read_json, shard_name, shards_to_do, write_atomic, write_json
 from .generators import QueryGenerator, doc_seed, get_generator
 
 logger = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ def generate_to_folder(corpus, output: str | os.PathLike, generator: str | Query
             raise ValueError(f"{name} must be a positive whole number (got {v!r})")
     out = Path(output)
     if rank is None or world_size is None:
-        rank, world_size, state = _dist()
+        rank, world_size, state = dist()
     else:
         state = None
     ds, cfp = _corpus(corpus)
@@ -136,7 +136,7 @@ def generate_to_folder(corpus, output: str | os.PathLike, generator: str | Query
     plan_file, manifest_file = out / "plan.json", out / "generation.json"
     (out / "shards").mkdir(parents=True, exist_ok=True)
     if manifest_file.is_file() or plan_file.is_file():
-        old = _read_json(manifest_file if manifest_file.is_file() else plan_file)
+        old = read_json(manifest_file if manifest_file.is_file() else plan_file, GenerationError)
         diff = [k for k in _IDENTITY if old.get(k) != plan.get(k)]
         if diff and restart and world_size == 1:
             import shutil
@@ -152,13 +152,13 @@ def generate_to_folder(corpus, output: str | os.PathLike, generator: str | Query
         elif manifest_file.is_file():
             return read_generated(out) if rank == 0 else None
     if not plan_file.is_file() and (rank == 0 or state is None):
-        _write_json(plan_file, plan)
+        write_json(plan_file, plan)
 
     def done(i: int) -> bool:
-        return (out / "shards" / f"{_shard_name(i)}.json").is_file() and \
-            (out / "shards" / f"{_shard_name(i)}.jsonl").is_file()
+        return (out / "shards" / f"{shard_name(i)}.json").is_file() and \
+            (out / "shards" / f"{shard_name(i)}.jsonl").is_file()
 
-    todo = _shards_to_do(out, n_shards, rank, world_size, done)
+    todo = shards_to_do(out, n_shards, rank, world_size, done)
     if todo:
         if hasattr(gen, "load"):  # a model: refused before any work when it cannot be loaded
             gen.load()
@@ -186,25 +186,25 @@ def generate_to_folder(corpus, output: str | os.PathLike, generator: str | Query
                                 lines.append(json.dumps({"_id": f"{d}-q{k}", "text": q, "doc_id": d},
                                                         ensure_ascii=False) + "\n")
                     bar.update(len(idx))
-                _write_atomic(out / "shards" / f"{_shard_name(i)}.jsonl",
+                write_atomic(out / "shards" / f"{shard_name(i)}.jsonl",
                               lambda p, text="".join(lines): _fsynced(p, text))
-                _write_json(out / "shards" / f"{_shard_name(i)}.json",
+                write_json(out / "shards" / f"{shard_name(i)}.json",
                             {"shard": i, "start": start, "documents": len(picked), "queries": len(lines)})
-    if not _all_shards_done(out, n_shards, done, state, rank, GenerationError):
+    if not all_shards_done(out, n_shards, done, state, rank, GenerationError):
         return None
 
     def concat(p):
         with open(p, "w", encoding="utf-8") as f:
             for i in range(n_shards):
-                with open(out / "shards" / f"{_shard_name(i)}.jsonl", encoding="utf-8") as s:
+                with open(out / "shards" / f"{shard_name(i)}.jsonl", encoding="utf-8") as s:
                     for line in s:
                         f.write(line)
             f.flush()
             os.fsync(f.fileno())
 
-    _write_atomic(out / "queries.jsonl", concat)
-    shards = [_read_json(out / "shards" / f"{_shard_name(i)}.json") for i in range(n_shards)]
-    _write_json(manifest_file, {**plan, "queries": sum(s["queries"] for s in shards), "n_shards": n_shards,
+    write_atomic(out / "queries.jsonl", concat)
+    shards = [read_json(out / "shards" / f"{shard_name(i)}.json", GenerationError) for i in range(n_shards)]
+    write_json(manifest_file, {**plan, "queries": sum(s["queries"] for s in shards), "n_shards": n_shards,
                                 "file": "queries.jsonl"})
     import shutil  # complete: the shards and the plan are in queries.jsonl and generation.json
 
@@ -226,7 +226,7 @@ def read_generated(folder: str | os.PathLike) -> GeneratedQueries:
     if not (folder / "generation.json").is_file() or not (folder / "queries.jsonl").is_file():
         raise GenerationError(f"{folder} is not a complete generated queries folder (hf-dr generate-queries): "
                               "generation.json or queries.jsonl is missing")
-    manifest = _read_json(folder / "generation.json")
+    manifest = read_json(folder / "generation.json", GenerationError)
     queries, sources = {}, {}
     with open(folder / "queries.jsonl", encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
