@@ -14,7 +14,7 @@ import numpy as np
 
 from .retrieval.run import Run, top_k_run
 
-__all__ = ["EvalResult", "evaluate", "evaluate_run", "paired_ttest", "DEFAULT_METRICS", "parse_metric",
+__all__ = ["EvalResult", "evaluate", "evaluate_run", "paired_ttest", "paired_t", "DEFAULT_METRICS", "parse_metric",
            "format_table", "RerankEvaluator", "remove_self_matches", "apply_self_match_rule"]
 
 DEFAULT_METRICS = ("ndcg@10", "recall@100", "recall@1000", "mrr@10")
@@ -173,16 +173,24 @@ def evaluate_run(qrels: Mapping[str, Mapping[str, int]], run: Run, metrics: Sequ
 def paired_ttest(a: EvalResult, b: EvalResult, metric: str = "ndcg@10") -> tuple[float, float]:
     """Two-sided paired t-test on per-query ``metric`` over the queries both results share
     (the † of the papers' tables). Returns ``(t, p)``; ``(0, 1)`` when the runs agree."""
+    return paired_t(a.per_query[metric], b.per_query[metric])
+
+
+def paired_t(a: Mapping[str, float], b: Mapping[str, float]) -> tuple[float, float]:
+    """Two-sided paired t-test of per-query scores ``a`` vs ``b`` (``{query: score}``) over the
+    queries both hold: ``(t, p)``; ``(0, 1)`` when they agree. The one paired test of hf-dr
+    (:func:`paired_ttest`, the adapt verdict's judged dev queries)."""
     from scipy.stats import ttest_rel
 
-    qs = sorted(set(a.per_query[metric]) & set(b.per_query[metric]))
+    qs = sorted(set(a) & set(b))
     if len(qs) < 2:
         raise ValueError("a paired t-test needs at least two shared queries")
-    x = np.array([a.per_query[metric][q] for q in qs])
-    y = np.array([b.per_query[metric][q] for q in qs])
+    x = np.array([a[q] for q in qs])
+    y = np.array([b[q] for q in qs])
     if np.allclose(x, y):
         return 0.0, 1.0
-    t, p = ttest_rel(x, y)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t, p = ttest_rel(x, y)
     return float(t), float(p) if not math.isnan(p) else 1.0
 
 

@@ -57,12 +57,11 @@ def resolution(after: Mapping[str, float], before: Mapping[str, float]) -> dict:
                 "method": "paired t, 95% confidence interval of the mean per-query difference"}
     from scipy.stats import t
 
+    from ..evaluation import paired_t
+
     sd = float(d.std(ddof=1))
     half = float(t.ppf(0.975, len(d) - 1) * sd / math.sqrt(len(d)))
-    if sd > 0:
-        p = float(2 * t.sf(abs(mean) / (sd / math.sqrt(len(d))), len(d) - 1))
-    else:
-        p = 1.0 if mean == 0 else 0.0
+    p = paired_t(after, before)[1]
     return {"queries": len(d), "difference": mean, "resolution": half, "p_value": p,
             "method": "paired t, 95% confidence interval of the mean per-query difference"}
 
