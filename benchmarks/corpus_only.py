@@ -51,6 +51,12 @@ NAMES = {"minilm": "all-MiniLM-L6-v2", "splade-tiny": "splade-tiny"}
 SAMPLE = REPO / "hf_dr" / "data" / "sample" / "scifact-mini"
 
 
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
@@ -137,13 +143,16 @@ def proxy_rows(data: Path, generators: list[str], n_docs: int, max_length: int, 
 
 
 def adapt_rows(data: Path, dataset: str, students: list[str], generators: list[str], work: Path, with_real: bool,
-               extra: list[str]) -> list[dict]:
+               extra: list[str], save=None) -> list[dict]:
+    """One corpus-only ``hf-dr adapt`` per (student, generator); ``save(rows)`` after each run (a run cut
+    short loses only itself)."""
     cli = [sys.executable, "-m", "hf_dr.cli"]
     rows = []
     for student in students:
         method_flags = ["--kind", "sparse"] if student == "splade-tiny" else []
         for g in generators + ["real"] * with_real:
-            out = work / f"{dataset}-{student}-{g.replace('/', '_').replace(':', '_')}"
+            out = work / (f"{dataset}-{student}-{g.replace('/', '_').replace(':', '_')}"
+                          + "".join(f"-lr{v}" for k, v in zip(extra[::2], extra[1::2]) if k == "--learning-rate"))
             queries = [] if g == "real" else ["--queries", "generate", "--generator", g]
             cmd = ["adapt", "--data", str(data), "--model", str(MODELS[student]), "--method", "pseudo-margin-mse",
                    *queries, *method_flags, *extra, "--output", str(out), "--work-dir", str(work / f"work-{dataset}"),
@@ -155,17 +164,23 @@ def adapt_rows(data: Path, dataset: str, students: list[str], generators: list[s
             b = m["budget"]
             q = m.get("queries") or {}
             rows.append({"table": "corpus_only", "dataset": dataset, "row": f"{student}:zero-shot",
-                         "system": f"{NAMES[student]} zero-shot", "command": shown, "machine": machine(),
+                         "system": f"{NAMES[student]} zero-shot" + (f" on {machine()}" if _cuda() else ""),
+                         "command": shown, "machine": machine(),
                          "metrics": {k: round(v, 4) for k, v in m["before"].items() if k in ("ndcg@10", "recall@100")}})
             what = f"{q.get('queries')} queries by {g}" if g != "real" else "the dataset's own training queries"
-            rows.append({"table": "corpus_only", "dataset": dataset, "row": f"{student}:{g}",
+            where = f" on {machine()}" if _cuda() else ""
+            flags = "".join(f":{k.lstrip('-').replace('learning-rate', 'lr')}={v}" for k, v in zip(extra[::2], extra[1::2])
+                            if k == "--learning-rate")
+            rows.append({"table": "corpus_only", "dataset": dataset, "row": f"{student}:{g}{flags}",
                          "system": f"{NAMES[student]} + hf-dr adapt --method pseudo-margin-mse ({what}; "
-                                   f"{b['steps']} steps; pseudo-dev picked step {m['selected_step']})",
+                                   f"{b['steps']} steps; pseudo-dev picked step {m['selected_step']}){where}",
                          "command": shown, "machine": machine(),
                          "metrics": {**{k: round(v, 4) for k, v in m["after"].items() if k in ("ndcg@10", "recall@100")},
                                      "p (t-test)": round(m["p_value"], 4), "minutes": b["minutes"]},
                          "queries": q, "config": m.get("config"), "dev": m["dev"], "selected_step": m["selected_step"],
                          "below_zero_shot": m["below_zero_shot"], "budget": b})
+            if save is not None:
+                save(rows[-2:])
             log(f"{dataset} {student} {g}: {m['before']['ndcg@10']:.4f} -> {m['after']['ndcg@10']:.4f} "
                 f"(p = {m['p_value']:.3g}, step {m['selected_step']})")
     return rows
@@ -184,6 +199,8 @@ def main() -> int:
                     "holds the same encoding under the same key")
     ap.add_argument("--with-real", action="store_true", help="adapt rows: also the dataset's own training queries")
     ap.add_argument("--sample", action="store_true", help="smoke test: the bundled sample, 20 steps, 100 proxy docs")
+    ap.add_argument("--learning-rate", default=None,
+                    help="adapt rows: pass --learning-rate to hf-dr adapt (rows named ...:lr=VALUE); default: adapt's own")
     ap.add_argument("--work", default="runs/corpus_only")
     a = ap.parse_args()
     work = (REPO / a.work).resolve() if not Path(a.work).is_absolute() else Path(a.work)
@@ -191,17 +208,19 @@ def main() -> int:
     generators = a.generators.split(",")
     datasets = [SAMPLE] if a.sample else [SHARED / "data" / d for d in a.datasets.split(",")]
     extra = ["--max-steps", "20", "--eval-steps", "10", "--dev-queries", "10"] if a.sample else []
+    if a.learning_rate:
+        extra += ["--learning-rate", a.learning_rate]
     for data in datasets:
         name = data.name
         if a.proxy:
             rows = proxy_rows(data, generators, 100 if a.sample else a.proxy_docs, a.max_length, work / name,
                               cache_dir=Path(a.cache) if a.cache else None)
             if not a.sample:
-                save_rows("corpus_only", rows, merge_key=("table", "dataset", "row"))
+                save_rows("corpus_only", rows, merge_key=("table", "dataset", "row", "machine"))
             continue
-        rows = adapt_rows(data, name, a.students.split(","), generators, work, a.with_real, extra)
-        if not a.sample:
-            save_rows("corpus_only", rows, merge_key=("table", "dataset", "row"))
+        adapt_rows(data, name, a.students.split(","), generators, work, a.with_real, extra,
+                   save=None if a.sample else
+                   (lambda rows: save_rows("corpus_only", rows, merge_key=("table", "dataset", "row", "machine"))))
     return 0
 
 

@@ -61,6 +61,87 @@ def test_verdict_strings():
     v, sentence = decide(False, None, True, {"start": 0.88, "selected": 0.83})
     assert v == PSEUDO_ONLY and "contains the starting model" in sentence
     assert decide(True, None, False, {"start": 0.8, "selected": 0.8})[0] == KEPT
+    # generated queries, a teacher containing the start, the best checkpoint fell beyond resolution
+    fell = {"queries": 50, "difference": -0.05, "resolution": 0.02, "p_value": 1e-4, "start": 0.89,
+            "selected": 0.84, "compared_step": 100}
+    v, sentence = decide(True, None, True, {"start": 0.89, "selected": 0.89}, fell)
+    assert v == KEPT and "generated" in sentence and "step 100" in sentence and "-0.0500" in sentence
+    assert "±0.0200" in sentence and "0.8400" in sentence and "qrels/dev.tsv" in sentence
+
+
+def _fell_fixture(tmp_path, source: str, start: dict, best: dict):
+    import hf_dr.adaptation.stages as stages
+
+    sel = tmp_path / "run" / "selected"
+    sel.mkdir(parents=True)
+    (sel / "config.json").write_text("{}")
+    run = SimpleNamespace(query_source={"source": source})
+    trained = SimpleNamespace(run_dir=tmp_path / "run", start_scores={"pseudo_per_query": start,
+                                                                     "pseudo_ndcg@10": float(np.mean(list(start.values())))})
+    dev = SimpleNamespace(scores=lambda stage, model: {"pseudo_per_query": best,
+                                                       "pseudo_ndcg@10": float(np.mean(list(best.values())))})
+    return stages, run, SimpleNamespace(dev=dev), trained
+
+
+def test_generated_queries_keep_the_start_when_the_best_checkpoint_falls_beyond_resolution(tmp_path, monkeypatch):
+    """With generated queries and a teacher containing the start, the pseudo-dev set can show a trained
+    checkpoint worse, never better: a fall larger than the 95% half-width keeps the start. A fall within it,
+    a rise, or real queries: no verdict from the fall (selection among trained checkpoints stands)."""
+    rng = np.random.default_rng(0)
+    start = {f"q{i}": float(v) for i, v in enumerate(rng.uniform(0.6, 1.0, 40))}
+    fallen = {q: v - 0.1 + float(rng.normal(0, 0.02)) for q, v in start.items()}
+    stages, run, labels, trained = _fell_fixture(tmp_path, "generated", start, fallen)
+    monkeypatch.setattr(stages, "_load_output", lambda run, folder: object())
+    fell = stages._fell(run, labels, trained, 100)
+    assert fell is not None and fell["queries"] == 40 and fell["difference"] < -fell["resolution"] < 0
+    assert fell["compared_step"] == 100 and fell["selected"] < fell["start"]
+    # real queries: exempt (measured runs that fell so on real queries gained on test)
+    run.query_source = {"source": "data"}
+    assert stages._fell(run, labels, trained, 100) is None
+    # a fall within what the queries resolve, or a rise: nothing
+    run.query_source = {"source": "generated"}
+    noisy = {q: v + float(rng.normal(0, 0.2)) - 0.01 for q, v in start.items()}
+    labels.dev.scores = lambda stage, model: {"pseudo_per_query": noisy, "pseudo_ndcg@10": 0.0}
+    cmp = resolution(noisy, start)
+    assert cmp["difference"] < 0 and -cmp["difference"] < cmp["resolution"]
+    assert stages._fell(run, labels, trained, 100) is None
+    risen = {q: v + 0.05 for q, v in start.items()}
+    labels.dev.scores = lambda stage, model: {"pseudo_per_query": risen, "pseudo_ndcg@10": 0.0}
+    assert stages._fell(run, labels, trained, 100) is None
+
+
+def test_a_corpus_only_run_whose_checkpoints_fall_outputs_the_starting_model(tmp_path, tiny_bert_dir, capsys,
+                                                                             monkeypatch):
+    """End to end on a folder holding only corpus.jsonl: when the best checkpoint fell (forced here), the
+    output is the starting model, metrics.json says why, and the verdict is "kept the starting model"."""
+    import hf_dr.adaptation.stages as stages
+
+    data = tmp_path / "corpus-only"
+    data.mkdir()
+    shutil.copy(SAMPLE / "corpus.jsonl", data / "corpus.jsonl")
+    fall = {"queries": 5, "difference": -0.2, "resolution": 0.1, "p_value": 0.01, "start": 0.9, "selected": 0.7}
+    seen = []
+
+    def forced(run, labels, trained, best_step):
+        seen.append(run.query_source["source"])
+        return {**fall, "compared_step": best_step}
+
+    monkeypatch.setattr(stages, "_fell", forced)
+    out = tmp_path / "out"
+    assert main(["adapt", "--data", str(data), "--model", str(tiny_bert_dir), "--method", "pseudo-margin-mse",
+                 "--output", str(out), *FAST]) == 0
+    text = capsys.readouterr().out
+    assert seen == ["generated"]
+    assert "the queries were generated and the best checkpoint" in text and "keeping the starting model" in text
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["verdict"] == KEPT and m["kept_starting_model"] is True and m["selected_step"] == 0
+    assert m["pseudo_dev_fall"]["difference"] == -0.2 and "fell below it" in m["verdict_sentence"]
+    from safetensors.torch import load_file
+
+    start, kept = load_file(str(tiny_bert_dir / "model.safetensors")), load_file(str(out / "model" / "model.safetensors"))
+    encoder = {k.removeprefix("bert."): v for k, v in start.items() if k.startswith("bert.")}  # no MLM head
+    assert set(encoder) <= set(kept)  # (plus the pooler, which the MLM checkpoint lacks and nothing trains)
+    assert all(kept[k].equal(encoder[k]) for k in encoder)  # the starting weights, untouched
 
 
 # ----------------------------------------------------------------------------- the schedule

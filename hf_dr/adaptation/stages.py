@@ -423,6 +423,7 @@ class Selection:
     verdict_sentence: str = ""  # the verdict with its numbers
     judged: dict | None = None  # the judged dev queries' comparison (verdict.resolution + start / selected)
     pseudo: dict = field(default_factory=dict)  # pseudo-dev nDCG@10 per step, of the start and the selected model
+    fell: dict | None = None  # generated queries, contained teacher: the best checkpoint's significant fall (verdict.decide)
 
 
 def select(run: Run, labels: Labels, trained: Trained) -> Selection:
@@ -444,11 +445,18 @@ def select(run: Run, labels: Labels, trained: Trained) -> Selection:
         say(f"select: the teacher contains the starting model ({trained.containment.get('why')}), so its pseudo dev "
             "labels favour it: " + ("the judged dev queries choose, step 0 included" if judged else
                                     "step 0 is shown but is no candidate"))
-    kept_start = not record["dev"] or (start_is_candidate and not best > dev0)
-    if kept_start:
+    fell = _fell(run, labels, trained, best_step) if contained and not judged and record["dev"] else None
+    kept_start = not record["dev"] or (start_is_candidate and not best > dev0) or fell is not None
+    if fell is not None:
+        step, dev = 0, dev0
+        say(f"select: the queries were generated and the best checkpoint (step {best_step}) falls below the starting "
+            f"model on the pseudo-dev set by {-fell['difference']:.4f}, more than its {fell['queries']} queries "
+            f"resolve (±{fell['resolution']:.4f}): keeping the starting model")
+    elif kept_start:
         step, dev = 0, dev0
         say(f"select: no checkpoint beats the starting model on the dev set (best {best:.4f} at step {best_step} "
             f"<= {dev0:.4f}): keeping the starting model")
+    if kept_start:
         folder = run.work / f"start-{trained.start_fp[:16]}"
         if not (folder / "config.json").is_file():
             save_model(run.student, folder)
@@ -484,10 +492,32 @@ def select(run: Run, labels: Labels, trained: Trained) -> Selection:
                       "compared_step": best_step if record["dev"] else 0}
         if not kept_start and chosen.get("pseudo_ndcg@10") is not None:
             pseudo["selected"] = chosen["pseudo_ndcg@10"]
-    verdict, sentence = decide(kept_start, comparison, contained and not judged, pseudo)
+    verdict, sentence = decide(kept_start, comparison, contained and not judged, pseudo, fell)
     say(f"verdict: {sentence}")
     return Selection(step, dev, folder, kept_start, contained, dev_scores, last_step, last_dir, start_is_candidate,
-                     verdict, sentence, comparison, pseudo)
+                     verdict, sentence, comparison, pseudo, fell)
+
+
+def _fell(run: Run, labels: Labels, trained: Trained, best_step: int) -> dict | None:
+    """Generated training queries and a teacher that contains the starting model (no judged dev query):
+    the pseudo-dev set cannot show a checkpoint better than the start (its labels favour the start), but
+    it can show one worse. The best trained checkpoint's paired comparison with the start on the
+    pseudo-dev queries (:func:`hf_dr.adaptation.verdict.resolution`) when it falls below the start by
+    more than they resolve, else None. Real queries are exempt: with them, measured runs whose pseudo-dev
+    score fell this way gained on the test split (docs/adapt.md); with generated ones, every measured
+    run whose score fell lost."""
+    if (run.query_source or {}).get("source") != "generated":
+        return None
+    best_dir = trained.run_dir / "selected"
+    start_pq = trained.start_scores.get("pseudo_per_query")
+    if not start_pq or not (best_dir / "config.json").is_file():
+        return None
+    chosen = labels.dev.scores("dev_selected", _load_output(run, best_dir))
+    cmp = resolution(chosen["pseudo_per_query"], start_pq)
+    if cmp["resolution"] is None or not cmp["difference"] < -cmp["resolution"]:
+        return None
+    return {**cmp, "start": trained.start_scores.get("pseudo_ndcg@10"), "selected": chosen.get("pseudo_ndcg@10"),
+            "compared_step": best_step}
 
 
 def _load_output(run: Run, folder: Path):
@@ -617,6 +647,7 @@ def _metrics(run: Run, labels: Labels, trained: Trained, chosen: Selection, ev: 
         "verdict": chosen.verdict, "verdict_sentence": chosen.verdict_sentence,
         "selection_on": labels.dev.source,  # "judged" (qrels/dev.tsv) or "pseudo"
         "judged_dev": _judged_report(labels, chosen, record),
+        "pseudo_dev_fall": chosen.fell,  # generated queries, contained teacher: why the start was kept (or None)
         "dev_pseudo": chosen.pseudo.get("steps"),
         "teacher_contains_student": chosen.teacher_has_student,
         "containment": trained.containment,

@@ -8,7 +8,11 @@
   pseudo-labels alone: there is no judged dev query, or the judged ones lean its way by less than
   they can resolve. When the teacher contains the student (:func:`rank_agreement`), the starting
   model could not be compared on the pseudo-labels either: only trained checkpoints competed.
-* **kept the starting model**: no checkpoint beat it on the yardstick selection used.
+* **kept the starting model**: no checkpoint beat it on the yardstick selection used; or the training
+  queries were generated, the teacher contains the student, and the best trained checkpoint fell below
+  the start on the pseudo-dev queries by more than they resolve (``fell``: such labels can show a
+  checkpoint worse, never better — every measured corpus-only run whose pseudo-dev score fell so lost
+  on the test split, docs/adapt.md).
 
 The teacher-contains-student rule is behavioural: a fusion teacher's dense half ranks the dev
 candidates as the student does when the student *is* it, wraps it (a ``BERMEncoder`` around it),
@@ -87,12 +91,15 @@ def rank_agreement(a: Mapping[str, Mapping[str, float]], b: Mapping[str, Mapping
             f"top{k}_overlap": float(np.mean(overlaps)) if overlaps else None, "queries": len(taus)}
 
 
-def decide(kept_start: bool, judged: dict | None, contained: bool, pseudo: dict) -> tuple[str, str]:
+def decide(kept_start: bool, judged: dict | None, contained: bool, pseudo: dict,
+           fell: dict | None = None) -> tuple[str, str]:
     """``(verdict, sentence)``: one of :data:`VERDICTS` and the numbers behind it. ``judged``: the
     :func:`resolution` of the output against the starting model on the judged dev queries, with
     ``start`` and ``selected`` (their nDCG@10; with ``kept_start``, ``selected`` is the best
     checkpoint, which lost), or None; ``pseudo``: ``start`` and ``selected``
-    pseudo-dev nDCG@10 (``selected`` None when not scored)."""
+    pseudo-dev nDCG@10 (``selected`` None when not scored); ``fell``: with generated queries and a
+    teacher containing the start, the :func:`resolution` of the best checkpoint against the start on
+    the pseudo-dev queries that made selection keep the start (it fell by more than they resolve)."""
     def f(x):
         return "n/a" if x is None else f"{x:.4f}"
 
@@ -109,6 +116,13 @@ def decide(kept_start: bool, judged: dict | None, contained: bool, pseudo: dict)
             return LABELLED, f"{LABELLED}: {judged_part}"
         return PSEUDO_ONLY, (f"{PSEUDO_ONLY}: the {judged_part} lean its way by less than they can resolve, so "
                              f"only the pseudo-labels it was trained on speak for it; {pseudo_part}")
+    if kept_start and fell is not None:
+        return KEPT, (f"{KEPT}: its training queries were generated and the teacher contains it, so the pseudo-labels "
+                      f"could show a trained checkpoint worse, never better; the best one (step {fell['compared_step']}) "
+                      f"fell below it on the {fell['queries']} pseudo-dev queries: nDCG@10 {f(fell['start'])} (start) -> "
+                      f"{f(fell['selected'])}, difference {fell['difference']:+.4f}, more than they resolve "
+                      f"(±{f(fell['resolution'])}, p = {'n/a' if fell['p_value'] is None else format(fell['p_value'], '.3g')}); "
+                      "judge a few queries (qrels/dev.tsv) to compare on real ones")
     if kept_start:
         return KEPT, f"{KEPT}: no checkpoint beat it on the pseudo-labelled dev set ({pseudo_part})"
     if contained:
