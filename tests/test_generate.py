@@ -226,13 +226,13 @@ def test_adapt_on_a_corpus_alone(tmp_path, tiny_bert_dir, capsys, monkeypatch):
     monkeypatch.setattr("sys.argv", ["hf-dr", *argv])
     assert main(argv) == 0
     text = capsys.readouterr().out
-    assert "generate: computed (41 queries by terms" in text  # 4 steps x 4 + 5 x 5 dev queries
+    assert "generate: computed (41 queries by span" in text  # 4 steps x 4 + 5 x 5 dev queries
     assert (out / "model").is_dir()
     m = json.loads((out / "metrics.json").read_text())
-    assert m["queries"]["source"] == "generated" and m["queries"]["generator"] == "terms"
+    assert m["queries"]["source"] == "generated" and m["queries"]["generator"] == "span"
     assert m["queries"]["queries"] == 41 and m["labelled_evaluation"] is False and m["after"] is None
     card = (out / "README.md").read_text()
-    assert "generated from the corpus by `terms`: 41 queries" in card
+    assert "generated from the corpus by `span`: 41 queries" in card
     # a re-run finds the generated queries (and everything after them) cached
     assert main([*argv, "--overwrite"]) == 0
     assert "generate: cached" in capsys.readouterr().out
@@ -282,3 +282,30 @@ def test_corpus_only_refusals(tmp_path, tiny_bert_dir, capsys):
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err, err
     assert not (tmp_path / "o").exists() and not (tmp_path / ".o.work").exists()
+
+
+def test_generated_queries_train_at_the_measured_corpus_only_rate(tmp_path):
+    """pseudo-margin-mse on generated queries defaults to DoDress' learning rate 2e-6 (at 2e-5 every
+    corpus-only run lost); a folder's own queries keep the method's default; a flag wins. And the
+    corpus-only default is the configuration of a measured row (benchmarks/results/corpus_only.json)."""
+    from hf_dr.adaptation.pipeline import AdaptConfig, resolved_config, with_method_defaults
+    from hf_dr.generation import DEFAULT_GENERATOR
+
+    corpus_only = tmp_path / "c"
+    corpus_only.mkdir()
+    shutil.copy(SAMPLE / "corpus.jsonl", corpus_only / "corpus.jsonl")
+    cfg = lambda data, **kw: with_method_defaults(  # noqa: E731
+        AdaptConfig(data=str(data), model="m", method="pseudo-margin-mse", output="o", **kw))
+    assert cfg(corpus_only).learning_rate == 2e-6
+    assert cfg(SAMPLE).learning_rate == 2e-5  # its own queries
+    assert cfg(SAMPLE, queries="generate").learning_rate == 2e-6
+    assert cfg(corpus_only, learning_rate=1e-5).learning_rate == 1e-5
+    # methods without a measured corpus-only row keep their own rate
+    assert with_method_defaults(AdaptConfig(data=str(corpus_only), model="m", method="dodress",
+                                            output="o")).learning_rate == 2e-5
+    want = resolved_config(AdaptConfig(data=str(corpus_only), model="m", method="pseudo-margin-mse", output="o"))
+    rows = json.loads((Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "corpus_only.json")
+                      .read_text())
+    measured = [r for r in rows if r.get("table") == "corpus_only" and r.get("config") == want
+                and (r.get("queries") or {}).get("generator") == DEFAULT_GENERATOR]
+    assert measured, f"no corpus-only row was measured with the defaults {want}"

@@ -42,7 +42,7 @@ def register(sub) -> None:
                    help="the training queries: auto (the folder's own; generated from the corpus when it has no "
                         "queries.jsonl) or generate (generated even when it has queries, which are then never read)")
     p.add_argument("--generator", default=None,
-                   help="generated queries: terms | cloze | span | doc2query:ID (default terms: measured, "
+                   help="generated queries: span | terms | cloze | doc2query:ID (default span: measured, "
                         "docs/adapt.md \"A corpus and nothing else\")")
     p.add_argument("--queries-per-doc", type=positive_int, default=None,
                    help="generated queries per document (default: one for each of --num-queries documents drawn "

@@ -6,8 +6,8 @@ the output, renamed to OUTPUT once every shard is done; the result equals an uni
 and parallel (``accelerate launch --num_processes N -m hf_dr.cli generate-queries ...`` or
 ``torchrun``: each process its own shards), as ``hf-dr encode``.
 
-Generators: ``terms`` (default; BM25-weighted terms of the document), ``cloze`` (a sentence of it),
-``span`` (a 4-16 word span of it) need no model weights; ``doc2query:ID`` samples a seq2seq model's
+Generators: ``span`` (default; 4-16 consecutive words of the document), ``terms`` (BM25-weighted
+terms of it) and ``cloze`` (a sentence of it) need no model weights; ``doc2query:ID`` samples a seq2seq model's
 queries (GPL's T5: doc2query:BeIR/query-gen-msmarco-t5-base-v1), on the GPU when there is one.
 How many: GPL's rule, ceil(--num-queries / |corpus|) per document (default 250,000 in all), or
 --queries-per-doc. ``hf-dr adapt`` runs this itself on a folder without queries.jsonl."""

@@ -126,6 +126,9 @@ class Method:
     description: str = ""
     #: the configuration of its measured row: AdaptConfig fields left at None take these values
     defaults: Mapping[str, Any] = {}
+    #: what differs from ``defaults`` when the training queries are generated from the corpus (#23;
+    #: :func:`~hf_dr.adaptation.config.generates_queries`): the configuration of its measured corpus-only row
+    generated_defaults: Mapping[str, Any] = {}
     #: AdaptConfig fields only this method reads -> what the flag sets (another method refuses them)
     options: Mapping[str, str] = {}
     #: False: training reads no triplet (only the dev set), and its cache key leaves them out

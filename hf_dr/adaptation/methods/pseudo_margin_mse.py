@@ -11,6 +11,10 @@ class PseudoMarginMSE(TripletMethod):
     name = "pseudo-margin-mse"
     description = "Margin-MSE on the teacher's scores of the DoDress pseudo-label triplets (as GPL does)"
     defaults = {"max_steps": 500, "learning_rate": 2e-5}
+    # generated queries: DoDress' learning rate (papers/002). At 2e-5 every corpus-only run lost (SciFact
+    # 0.645 -> 0.51-0.57 with each weight-free generator, ArguAna 0.502 -> 0.39); at 2e-6 ArguAna gained
+    # (0.5017 -> 0.5106, p 0.04) and SciFact held (0.6451 -> 0.6517, an H200 run): docs/adapt.md
+    generated_defaults = {"learning_rate": 2e-6}
     options = {"margin_scale": "--margin-scale sets Margin-MSE's factor"}
 
     def train_key(self, cfg) -> dict:

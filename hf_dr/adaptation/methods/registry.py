@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Mapping
 
-from ..config import CONFIG_FIELDS, FALLBACKS, AdaptConfig, AdaptError, eval_steps
+from ..config import CONFIG_FIELDS, FALLBACKS, AdaptConfig, AdaptError, eval_steps, generates_queries
 from .base import Method
 
 __all__ = ["register_method", "unregister_method", "get_method", "registered_methods", "METHODS",
@@ -72,10 +72,13 @@ METHOD_DEFAULTS: Mapping[str, Mapping] = _Registered("defaults")
 
 def with_method_defaults(cfg: AdaptConfig) -> AdaptConfig:
     """``cfg`` with every field left at ``None`` set to its method's default (:attr:`Method.defaults`,
-    then :data:`~hf_dr.adaptation.config.FALLBACKS`), and ``eval_steps`` resolved
+    with :attr:`Method.generated_defaults` over them when the training queries are generated, then
+    :data:`~hf_dr.adaptation.config.FALLBACKS`), and ``eval_steps`` resolved
     (:func:`~hf_dr.adaptation.config.eval_steps`)."""
     method = _REGISTRY.get(cfg.method)
     own = {**FALLBACKS, **(method.defaults if method else {})}
+    if method is not None and method.generated_defaults and generates_queries(cfg):
+        own.update(method.generated_defaults)
     filled = {k: v for k, v in own.items() if getattr(cfg, k) is None}
     cfg = dataclasses.replace(cfg, **filled)
     if cfg.eval_steps is None and cfg.max_steps and cfg.max_steps > 0:
