@@ -178,7 +178,8 @@ def adapt_rows(data: Path, dataset: str, students: list[str], generators: list[s
                          "metrics": {**{k: round(v, 4) for k, v in m["after"].items() if k in ("ndcg@10", "recall@100")},
                                      "p (t-test)": round(m["p_value"], 4), "minutes": b["minutes"]},
                          "queries": q, "config": m.get("config"), "dev": m["dev"], "selected_step": m["selected_step"],
-                         "below_zero_shot": m["below_zero_shot"], "budget": b})
+                         "below_zero_shot": m["below_zero_shot"], "verdict": m.get("verdict"),
+                         "pseudo_dev_fall": m.get("pseudo_dev_fall"), "budget": b})
             if save is not None:
                 save(rows[-2:])
             log(f"{dataset} {student} {g}: {m['before']['ndcg@10']:.4f} -> {m['after']['ndcg@10']:.4f} "
