@@ -143,16 +143,19 @@ def proxy_rows(data: Path, generators: list[str], n_docs: int, max_length: int, 
 
 
 def adapt_rows(data: Path, dataset: str, students: list[str], generators: list[str], work: Path, with_real: bool,
-               extra: list[str], save=None) -> list[dict]:
+               extra: list[str], save=None, learning_rate: str | None = None) -> list[dict]:
     """One corpus-only ``hf-dr adapt`` per (student, generator); ``save(rows)`` after each run (a run cut
-    short loses only itself)."""
+    short loses only itself). ``learning_rate``: passed on, and named in the rows and output folders."""
+    if learning_rate:
+        extra = [*extra, "--learning-rate", learning_rate]
+    where = f" on {machine()}" if _cuda() else ""
     cli = [sys.executable, "-m", "hf_dr.cli"]
     rows = []
     for student in students:
         method_flags = ["--kind", "sparse"] if student == "splade-tiny" else []
         for g in generators + ["real"] * with_real:
             out = work / (f"{dataset}-{student}-{g.replace('/', '_').replace(':', '_')}"
-                          + "".join(f"-lr{v}" for k, v in zip(extra[::2], extra[1::2]) if k == "--learning-rate"))
+                          + (f"-lr{learning_rate}" if learning_rate else ""))
             queries = [] if g == "real" else ["--queries", "generate", "--generator", g]
             cmd = ["adapt", "--data", str(data), "--model", str(MODELS[student]), "--method", "pseudo-margin-mse",
                    *queries, *method_flags, *extra, "--output", str(out), "--work-dir", str(work / f"work-{dataset}"),
@@ -164,14 +167,12 @@ def adapt_rows(data: Path, dataset: str, students: list[str], generators: list[s
             b = m["budget"]
             q = m.get("queries") or {}
             rows.append({"table": "corpus_only", "dataset": dataset, "row": f"{student}:zero-shot",
-                         "system": f"{NAMES[student]} zero-shot" + (f" on {machine()}" if _cuda() else ""),
+                         "system": f"{NAMES[student]} zero-shot{where}",
                          "command": shown, "machine": machine(),
                          "metrics": {k: round(v, 4) for k, v in m["before"].items() if k in ("ndcg@10", "recall@100")}})
             what = f"{q.get('queries')} queries by {g}" if g != "real" else "the dataset's own training queries"
-            where = f" on {machine()}" if _cuda() else ""
-            flags = "".join(f":{k.lstrip('-').replace('learning-rate', 'lr')}={v}" for k, v in zip(extra[::2], extra[1::2])
-                            if k == "--learning-rate")
-            rows.append({"table": "corpus_only", "dataset": dataset, "row": f"{student}:{g}{flags}",
+            rows.append({"table": "corpus_only", "dataset": dataset,
+                         "row": f"{student}:{g}" + (f":lr={learning_rate}" if learning_rate else ""),
                          "system": f"{NAMES[student]} + hf-dr adapt --method pseudo-margin-mse ({what}; "
                                    f"{b['steps']} steps; pseudo-dev picked step {m['selected_step']}){where}",
                          "command": shown, "machine": machine(),
@@ -209,8 +210,6 @@ def main() -> int:
     generators = a.generators.split(",")
     datasets = [SAMPLE] if a.sample else [SHARED / "data" / d for d in a.datasets.split(",")]
     extra = ["--max-steps", "20", "--eval-steps", "10", "--dev-queries", "10"] if a.sample else []
-    if a.learning_rate:
-        extra += ["--learning-rate", a.learning_rate]
     for data in datasets:
         name = data.name
         if a.proxy:
@@ -220,7 +219,7 @@ def main() -> int:
                 save_rows("corpus_only", rows, merge_key=("table", "dataset", "row", "machine"))
             continue
         adapt_rows(data, name, a.students.split(","), generators, work, a.with_real, extra,
-                   save=None if a.sample else
+                   learning_rate=a.learning_rate, save=None if a.sample else
                    (lambda rows: save_rows("corpus_only", rows, merge_key=("table", "dataset", "row", "machine"))))
     return 0
 

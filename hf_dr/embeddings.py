@@ -38,7 +38,6 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-
 from .shards import (ShardedFolderError, all_shards_done, dist, read_json, shard_name, shards_to_do, write_atomic,
                      write_json)
 
@@ -180,7 +179,7 @@ def encode_to_folder(model, corpus, output: str | os.PathLike, *, model_name: st
         write_json(plan_file, plan)
     if not (out / "doc_ids.jsonl").is_file() and rank == 0:
         write_atomic(out / "doc_ids.jsonl",
-                      lambda p: p.write_text("".join(json.dumps(d) + "\n" for d in doc_ids), encoding="utf-8"))
+                     lambda p: p.write_text("".join(json.dumps(d) + "\n" for d in doc_ids), encoding="utf-8"))
     suffix = ".npz" if plan["sparse"] else ".npy"
 
     def done(i: int) -> bool:
@@ -209,9 +208,9 @@ def encode_to_folder(model, corpus, output: str | os.PathLike, *, model_name: st
             else:
                 write_atomic(data_file, lambda p, b=block: np.save(open(p, "wb"), np.ascontiguousarray(b, np.float32)))
             write_json(out / "shards" / f"{shard_name(i)}.json",
-                        {"shard": i, "start": start, "rows": rows, "first_id": doc_ids[start],
-                         "last_id": doc_ids[start + rows - 1], "dim": int(block.shape[1]),
-                         "nnz": int(block.nnz) if plan["sparse"] else None})
+                       {"shard": i, "start": start, "rows": rows, "first_id": doc_ids[start],
+                        "last_id": doc_ids[start + rows - 1], "dim": int(block.shape[1]),
+                        "nnz": int(block.nnz) if plan["sparse"] else None})
     if not all_shards_done(out, n_shards, done, state, rank, EmbeddingsError):
         return None
     shards = [read_json(out / "shards" / f"{shard_name(i)}.json", EmbeddingsError) for i in range(n_shards)]

@@ -447,16 +447,15 @@ def select(run: Run, labels: Labels, trained: Trained) -> Selection:
                                     "step 0 is shown but is no candidate"))
     fell = _fell(run, labels, trained, best_step) if contained and not judged and record["dev"] else None
     kept_start = not record["dev"] or (start_is_candidate and not best > dev0) or fell is not None
-    if fell is not None:
-        step, dev = 0, dev0
-        say(f"select: the queries were generated and the best checkpoint (step {best_step}) falls below the starting "
-            f"model on the pseudo-dev set by {-fell['difference']:.4f}, more than its {fell['queries']} queries "
-            f"resolve (±{fell['resolution']:.4f}): keeping the starting model")
-    elif kept_start:
-        step, dev = 0, dev0
-        say(f"select: no checkpoint beats the starting model on the dev set (best {best:.4f} at step {best_step} "
-            f"<= {dev0:.4f}): keeping the starting model")
     if kept_start:
+        step, dev = 0, dev0
+        if fell is not None:
+            say(f"select: the queries were generated and the best checkpoint (step {best_step}) falls below the "
+                f"starting model on the pseudo-dev set by {-fell['difference']:.4f}, more than its {fell['queries']} "
+                f"queries resolve (±{fell['resolution']:.4f}): keeping the starting model")
+        else:
+            say(f"select: no checkpoint beats the starting model on the dev set (best {best:.4f} at step {best_step} "
+                f"<= {dev0:.4f}): keeping the starting model")
         folder = run.work / f"start-{trained.start_fp[:16]}"
         if not (folder / "config.json").is_file():
             save_model(run.student, folder)

@@ -103,13 +103,16 @@ def decide(kept_start: bool, judged: dict | None, contained: bool, pseudo: dict,
     def f(x):
         return "n/a" if x is None else f"{x:.4f}"
 
+    def p(x):
+        return "n/a" if x is None else format(x, ".3g")
+
     pseudo_part = f"pseudo-dev nDCG@10 {f(pseudo.get('start'))} (start) -> {f(pseudo.get('selected'))}"
     if judged is not None:
         n, res = judged["queries"], judged["resolution"]
         other = "the best checkpoint" if kept_start else "the output"
         judged_part = (f"{n} judged dev queries: nDCG@10 {f(judged['start'])} (start) -> {f(judged['selected'])} "
                        f"({other}), difference {judged['difference']:+.4f}, resolution ±{f(res)} (p = "
-                       f"{'n/a' if judged['p_value'] is None else format(judged['p_value'], '.3g')})")
+                       f"{p(judged['p_value'])})")
         if kept_start:
             return KEPT, f"{KEPT}: no checkpoint beat it on the {judged_part}"
         if res is not None and judged["difference"] > 0 and judged["difference"] >= res:
@@ -121,7 +124,7 @@ def decide(kept_start: bool, judged: dict | None, contained: bool, pseudo: dict,
                       f"could show a trained checkpoint worse, never better; the best one (step {fell['compared_step']}) "
                       f"fell below it on the {fell['queries']} pseudo-dev queries: nDCG@10 {f(fell['start'])} (start) -> "
                       f"{f(fell['selected'])}, difference {fell['difference']:+.4f}, more than they resolve "
-                      f"(±{f(fell['resolution'])}, p = {'n/a' if fell['p_value'] is None else format(fell['p_value'], '.3g')}); "
+                      f"(±{f(fell['resolution'])}, p = {p(fell['p_value'])}); "
                       "judge a few queries (qrels/dev.tsv) to compare on real ones")
     if kept_start:
         return KEPT, f"{KEPT}: no checkpoint beat it on the pseudo-labelled dev set ({pseudo_part})"

@@ -187,9 +187,9 @@ def generate_to_folder(corpus, output: str | os.PathLike, generator: str | Query
                                                         ensure_ascii=False) + "\n")
                     bar.update(len(idx))
                 write_atomic(out / "shards" / f"{shard_name(i)}.jsonl",
-                              lambda p, text="".join(lines): _fsynced(p, text))
+                             lambda p, text="".join(lines): _fsynced(p, text))
                 write_json(out / "shards" / f"{shard_name(i)}.json",
-                            {"shard": i, "start": start, "documents": len(picked), "queries": len(lines)})
+                           {"shard": i, "start": start, "documents": len(picked), "queries": len(lines)})
     if not all_shards_done(out, n_shards, done, state, rank, GenerationError):
         return None
 
@@ -205,7 +205,7 @@ def generate_to_folder(corpus, output: str | os.PathLike, generator: str | Query
     write_atomic(out / "queries.jsonl", concat)
     shards = [read_json(out / "shards" / f"{shard_name(i)}.json", GenerationError) for i in range(n_shards)]
     write_json(manifest_file, {**plan, "queries": sum(s["queries"] for s in shards), "n_shards": n_shards,
-                                "file": "queries.jsonl"})
+                               "file": "queries.jsonl"})
     import shutil  # complete: the shards and the plan are in queries.jsonl and generation.json
 
     shutil.rmtree(out / "shards", ignore_errors=True)
