@@ -7,6 +7,7 @@ schedule that never evaluates more often than it trains)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -138,7 +139,12 @@ def test_a_corpus_only_run_whose_checkpoints_fall_outputs_the_starting_model(tmp
     assert m["pseudo_dev_fall"]["difference"] == -0.2 and "fell below it" in m["verdict_sentence"]
     from safetensors.torch import load_file
 
-    start, kept = load_file(str(tiny_bert_dir / "model.safetensors")), load_file(str(out / "model" / "model.safetensors"))
+    def named(path):  # transformers 5.2 writes LayerNorm weight/bias under the legacy gamma/beta names
+        legacy = {"gamma": "weight", "beta": "bias"}
+        return {re.sub(r"LayerNorm\.(gamma|beta)$", lambda m: "LayerNorm." + legacy[m[1]], k): v
+                for k, v in load_file(str(path)).items()}
+
+    start, kept = named(tiny_bert_dir / "model.safetensors"), named(out / "model" / "model.safetensors")
     encoder = {k.removeprefix("bert."): v for k, v in start.items() if k.startswith("bert.")}  # no MLM head
     assert set(encoder) <= set(kept)  # (plus the pooler, which the MLM checkpoint lacks and nothing trains)
     assert all(kept[k].equal(encoder[k]) for k in encoder)  # the starting weights, untouched
