@@ -4,6 +4,7 @@
     python benchmarks/corpus_only.py                              # adapt rows: SciFact, all-MiniLM-L6-v2
     python benchmarks/corpus_only.py --datasets scifact,arguana --students minilm,splade-tiny
     python benchmarks/corpus_only.py --generators terms,doc2query:BeIR/query-gen-msmarco-t5-base-v1
+    python benchmarks/corpus_only.py --generators terms --learning-rate 2e-5 --judged-dev 20
     python benchmarks/corpus_only.py --sample                     # smoke test: the bundled sample, tiny budget
 
 **Adapt rows.** For each generator, one corpus-only run: ``hf-dr adapt --data D --queries generate
@@ -11,7 +12,10 @@
 from D's corpus (its queries.jsonl is never read, so the test queries never enter training), every
 other setting the command's default, and the model is evaluated on D's ``qrels/test.tsv``. Each row
 records the test nDCG@10 / R@100 after, beside the zero-shot row, the paired t-test, the checkpoint the
-pseudo-dev set picked and the minutes. ``--with-real`` adds the same run on D's own training queries
+pseudo-dev set picked and the minutes. ``--judged-dev N`` gives the run ``N`` judged dev queries as a
+user would: a folder beside the dataset's (its corpus, queries and ``qrels/test.tsv`` linked) whose
+``qrels/dev.tsv`` holds ``N`` of its training queries (``qrels/train.tsv``, drawn by the seed 23; never
+a test query), so selection uses their judgments (rows named ``...:judged=N``). ``--with-real`` adds the same run on D's own training queries
 (``qrels/train.tsv``) as the reference a generated set is compared with. Runs of one dataset share one
 work folder (the corpus encoding is computed once).
 
@@ -65,6 +69,29 @@ def rel(p: Path) -> str:
     import os
 
     return os.path.relpath(p, REPO)
+
+
+def with_judged_dev(data: Path, n: int, work: Path, seed: int = 23) -> Path:
+    """``work/DATASET-judgedN``: ``data``'s corpus, queries and test judgments (links) and a
+    ``qrels/dev.tsv`` holding ``n`` of its training queries with a relevant document (a seeded draw)."""
+    import random
+
+    from hf_dr.data import load_qrels, save_qrels
+
+    train = load_qrels(data / "qrels" / "train.tsv") if (data / "qrels" / "train.tsv").is_file() else {}
+    judged = sorted((q for q, docs in train.items() if any(g > 0 for g in docs.values())), key=str)
+    if len(judged) < n:
+        raise SystemExit(f"--judged-dev {n}: {data.name} has {len(judged)} judged training queries "
+                         "(qrels/train.tsv); its dev queries must not be test queries")
+    folder = work / f"{data.name}-judged{n}"
+    (folder / "qrels").mkdir(parents=True, exist_ok=True)
+    for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv"):
+        link = folder / name
+        if not link.exists():
+            link.symlink_to((data / name).resolve())
+    chosen = sorted(random.Random(seed).sample(judged, n), key=str)
+    save_qrels({q: train[q] for q in chosen}, folder / "qrels" / "dev.tsv")
+    return folder
 
 
 def proxy_rows(data: Path, generators: list[str], n_docs: int, max_length: int, work: Path, seed: int = 0,
@@ -143,19 +170,23 @@ def proxy_rows(data: Path, generators: list[str], n_docs: int, max_length: int, 
 
 
 def adapt_rows(data: Path, dataset: str, students: list[str], generators: list[str], work: Path, with_real: bool,
-               extra: list[str], save=None, learning_rate: str | None = None) -> list[dict]:
+               extra: list[str], save=None, learning_rate: str | None = None, judged_dev: int = 0) -> list[dict]:
     """One corpus-only ``hf-dr adapt`` per (student, generator); ``save(rows)`` after each run (a run cut
-    short loses only itself). ``learning_rate``: passed on, and named in the rows and output folders."""
+    short loses only itself). ``learning_rate``: passed on, and named in the rows and output folders;
+    ``judged_dev``: that many judged dev queries (:func:`with_judged_dev`), named likewise."""
     if learning_rate:
         extra = [*extra, "--learning-rate", learning_rate]
     where = f" on {machine()}" if _cuda() else ""
+    suffix = (f"-lr{learning_rate}" if learning_rate else "") + (f"-judged{judged_dev}" if judged_dev else "")
+    tag = (f":lr={learning_rate}" if learning_rate else "") + (f":judged={judged_dev}" if judged_dev else "")
+    if judged_dev:
+        data = with_judged_dev(data, judged_dev, work)
     cli = [sys.executable, "-m", "hf_dr.cli"]
     rows = []
     for student in students:
         method_flags = ["--kind", "sparse"] if student == "splade-tiny" else []
         for g in generators + ["real"] * with_real:
-            out = work / (f"{dataset}-{student}-{g.replace('/', '_').replace(':', '_')}"
-                          + (f"-lr{learning_rate}" if learning_rate else ""))
+            out = work / f"{dataset}-{student}-{g.replace('/', '_').replace(':', '_')}{suffix}"
             queries = [] if g == "real" else ["--queries", "generate", "--generator", g]
             cmd = ["adapt", "--data", str(data), "--model", str(MODELS[student]), "--method", "pseudo-margin-mse",
                    *queries, *method_flags, *extra, "--output", str(out), "--work-dir", str(work / f"work-{dataset}"),
@@ -172,12 +203,14 @@ def adapt_rows(data: Path, dataset: str, students: list[str], generators: list[s
                          "metrics": {k: round(v, 4) for k, v in m["before"].items() if k in ("ndcg@10", "recall@100")}})
             what = f"{q.get('queries')} queries by {g}" if g != "real" else "the dataset's own training queries"
             rows.append({"table": "corpus_only", "dataset": dataset,
-                         "row": f"{student}:{g}" + (f":lr={learning_rate}" if learning_rate else ""),
+                         "row": f"{student}:{g}{tag}",
                          "system": f"{NAMES[student]} + hf-dr adapt --method pseudo-margin-mse ({what}; "
-                                   f"{b['steps']} steps; pseudo-dev picked step {m['selected_step']}){where}",
+                                   f"{b['steps']} steps; {'judged' if m.get('selection_on') == 'judged' else 'pseudo'}-dev "
+                                   f"picked step {m['selected_step']}){where}",
                          "command": shown, "machine": machine(),
                          "metrics": {**{k: round(v, 4) for k, v in m["after"].items() if k in ("ndcg@10", "recall@100")},
                                      "p (t-test)": round(m["p_value"], 4), "minutes": b["minutes"]},
+                         "selection_on": m.get("selection_on"), "judged_dev": m.get("judged_dev"),
                          "queries": q, "config": m.get("config"), "dev": m["dev"], "selected_step": m["selected_step"],
                          "below_zero_shot": m["below_zero_shot"], "verdict": m.get("verdict"),
                          "pseudo_dev_fall": m.get("pseudo_dev_fall"), "budget": b})
@@ -203,6 +236,8 @@ def main() -> int:
     ap.add_argument("--sample", action="store_true", help="smoke test: the bundled sample, 20 steps, 100 proxy docs")
     ap.add_argument("--learning-rate", default=None,
                     help="adapt rows: pass --learning-rate to hf-dr adapt (rows named ...:lr=VALUE); default: adapt's own")
+    ap.add_argument("--judged-dev", type=int, default=0, metavar="N",
+                    help="adapt rows: N of the dataset's judged training queries as qrels/dev.tsv (selection on them)")
     ap.add_argument("--work", default="runs/corpus_only")
     a = ap.parse_args()
     work = (REPO / a.work).resolve() if not Path(a.work).is_absolute() else Path(a.work)
@@ -219,7 +254,7 @@ def main() -> int:
                 save_rows("corpus_only", rows, merge_key=("table", "dataset", "row", "machine"))
             continue
         adapt_rows(data, name, a.students.split(","), generators, work, a.with_real, extra,
-                   learning_rate=a.learning_rate, save=None if a.sample else
+                   learning_rate=a.learning_rate, judged_dev=a.judged_dev, save=None if a.sample else
                    (lambda rows: save_rows("corpus_only", rows, merge_key=("table", "dataset", "row", "machine"))))
     return 0
 
