@@ -13,9 +13,9 @@ from D's corpus (its queries.jsonl is never read, so the test queries never ente
 other setting the command's default, and the model is evaluated on D's ``qrels/test.tsv``. Each row
 records the test nDCG@10 / R@100 after, beside the zero-shot row, the paired t-test, the checkpoint the
 pseudo-dev set picked and the minutes. ``--judged-dev N`` gives the run ``N`` judged dev queries as a
-user would: a folder beside the dataset's (its corpus, queries and ``qrels/test.tsv`` linked) whose
-``qrels/dev.tsv`` holds ``N`` of its training queries (``qrels/train.tsv``, drawn by the seed 23; never
-a test query), so selection uses their judgments (rows named ``...:judged=N``). ``--with-real`` adds the same run on D's own training queries
+user would: ``benchmarks/adapt.py``'s copy of the dataset whose ``qrels/dev.tsv`` judges ``N`` seeded
+training queries (``qrels/train.tsv``; never a test query; the same ones as ``adapt.py --judged-dev N``),
+so selection uses their judgments (rows named ``...:judged=N``). ``--with-real`` adds the same run on D's own training queries
 (``qrels/train.tsv``) as the reference a generated set is compared with. Runs of one dataset share one
 work folder (the corpus encoding is computed once).
 
@@ -47,6 +47,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from adapt import with_judged_dev  # noqa: E402  (the same judged dev queries as the real-query rows')
 from common import SHARED, command_line, machine, save_rows  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -69,29 +70,6 @@ def rel(p: Path) -> str:
     import os
 
     return os.path.relpath(p, REPO)
-
-
-def with_judged_dev(data: Path, n: int, work: Path, seed: int = 23) -> Path:
-    """``work/DATASET-judgedN``: ``data``'s corpus, queries and test judgments (links) and a
-    ``qrels/dev.tsv`` holding ``n`` of its training queries with a relevant document (a seeded draw)."""
-    import random
-
-    from hf_dr.data import load_qrels, save_qrels
-
-    train = load_qrels(data / "qrels" / "train.tsv") if (data / "qrels" / "train.tsv").is_file() else {}
-    judged = sorted((q for q, docs in train.items() if any(g > 0 for g in docs.values())), key=str)
-    if len(judged) < n:
-        raise SystemExit(f"--judged-dev {n}: {data.name} has {len(judged)} judged training queries "
-                         "(qrels/train.tsv); its dev queries must not be test queries")
-    folder = work / f"{data.name}-judged{n}"
-    (folder / "qrels").mkdir(parents=True, exist_ok=True)
-    for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv"):
-        link = folder / name
-        if not link.exists():
-            link.symlink_to((data / name).resolve())
-    chosen = sorted(random.Random(seed).sample(judged, n), key=str)
-    save_qrels({q: train[q] for q in chosen}, folder / "qrels" / "dev.tsv")
-    return folder
 
 
 def proxy_rows(data: Path, generators: list[str], n_docs: int, max_length: int, work: Path, seed: int = 0,
@@ -180,7 +158,7 @@ def adapt_rows(data: Path, dataset: str, students: list[str], generators: list[s
     suffix = (f"-lr{learning_rate}" if learning_rate else "") + (f"-judged{judged_dev}" if judged_dev else "")
     tag = (f":lr={learning_rate}" if learning_rate else "") + (f":judged={judged_dev}" if judged_dev else "")
     if judged_dev:
-        data = with_judged_dev(data, judged_dev, work)
+        data = with_judged_dev(data, work, judged_dev)
     cli = [sys.executable, "-m", "hf_dr.cli"]
     rows = []
     for student in students:
