@@ -36,7 +36,7 @@ def test_weight_free_generators_are_deterministic_per_document(spec):
     ids, titles, texts = _docs()
     gen = get_generator(spec)
     if gen.needs_fit:
-        gen.fit(t + " " + x for t, x in zip(titles, texts))
+        gen.fit(ids, [t + " " + x for t, x in zip(titles, texts)])
     whole = gen.generate(ids, titles, texts, 3, seed=0)
     assert whole == gen.generate(ids, titles, texts, 3, seed=0)
     # a document's queries do not depend on the batch it falls in
@@ -48,6 +48,25 @@ def test_weight_free_generators_are_deterministic_per_document(spec):
         if spec != "terms":  # made of the document's own words
             words = set((t + " " + x).split())
             assert all(set(q.split()) <= words for q in qs)
+
+
+def test_terms_are_weighted_by_the_one_bm25():
+    """The terms generator draws by BM25Index's weights: a document's weight for a term is bm25s'
+    score of that term for the document, and every query word is a term the document holds."""
+    ids, titles, texts = _docs()
+    gen = get_generator("terms")
+    gen.fit(ids, [t + " " + x for t, x in zip(titles, texts)])
+    W, vocab = gen.index.document_weights()
+    assert W.shape == (len(ids), len(vocab))
+    for row in (0, 7):
+        lo, hi = W.indptr[row], W.indptr[row + 1]
+        assert hi > lo
+        for j, w in zip(W.indices[lo:hi], W.data[lo:hi]):
+            assert gen.index.retriever.get_scores([vocab[j]])[row] == pytest.approx(float(w), rel=1e-6)
+    queries = gen.generate(ids[:1], titles[:1], texts[:1], 5, seed=0)[0]
+    held = {vocab[j] for j in W.indices[W.indptr[0]:W.indptr[1]]}
+    for q in queries:
+        assert set(gen.index.words([q])[1][0]) <= held
 
 
 def test_unknown_generator_is_refused(tmp_path, capsys):

@@ -163,8 +163,8 @@ def generate_to_folder(corpus, output: str | os.PathLike, generator: str | Query
         if hasattr(gen, "load"):  # a model: refused before any work when it cannot be loaded
             gen.load()
         if gen.needs_fit:
-            gen.fit(((t or "") + " " + (x or "")).strip() for b in ds.iter(batch_size=10_000)
-                    for t, x in zip(b["title"], b["text"]))
+            gen.fit(doc_ids, (((t or "") + " " + (x or "")).strip() for b in ds.iter(batch_size=10_000)
+                              for t, x in zip(b["title"], b["text"])))
         total = sum(sum(drawn[i * shard_size:(i + 1) * shard_size]) for i in todo)
         with tqdm(total=total, desc=f"Generating queries ({gen.name})", unit="doc",
                   disable=not show_progress_bar) as bar:

@@ -21,9 +21,7 @@ folder's plan records).
 from __future__ import annotations
 
 import hashlib
-import math
 import re
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -50,7 +48,8 @@ def doc_seed(seed: int, key: str) -> list[int]:
 
 class QueryGenerator:
     """Makes queries from documents. ``identity()`` says what its output depends on (a folder's plan
-    and the adapt cache key hold it); ``fit`` reads the corpus once before generating (``terms``)."""
+    and the adapt cache key hold it); ``fit(doc_ids, texts)`` reads the corpus once before generating
+    (``terms``)."""
 
     name = ""
     needs_fit = False
@@ -58,7 +57,7 @@ class QueryGenerator:
     def identity(self) -> dict:
         return {"generator": self.name}
 
-    def fit(self, texts: Iterable[str]) -> None:  # pragma: no cover - the default reads nothing
+    def fit(self, doc_ids: Sequence[str], texts: Iterable[str]) -> None:  # pragma: no cover - reads nothing
         pass
 
     def generate(self, doc_ids: Sequence[str], titles: Sequence[str], texts: Sequence[str], n: int,
@@ -113,8 +112,9 @@ class SpanGenerator(QueryGenerator):
 
 
 class TermsGenerator(QueryGenerator):
-    """Terms drawn by their BM25 weight in the document: ``idf(t) * tf (k1 + 1) / (tf + k1 (1 - b +
-    b |d| / avgdl))``, the weight the document's posting of ``t`` has in :class:`~hf_dr.retrieval.BM25Index`."""
+    """Terms drawn by their BM25 weight in the document: the score the document's posting of the term
+    holds in a :class:`~hf_dr.retrieval.BM25Index` of the corpus (built by :meth:`fit`; read with
+    :meth:`~hf_dr.retrieval.BM25Index.document_weights`), so the weights are hf-dr's one BM25's."""
 
     name = "terms"
     needs_fit = True
@@ -124,74 +124,43 @@ class TermsGenerator(QueryGenerator):
         from ..retrieval.bm25 import DEFAULT_PARAMS
 
         self.params = DEFAULT_PARAMS
-        self.df: Counter | None = None
-        self.n_docs = 0
-        self.avgdl = 1.0
+        self.index = None
+        self._row: dict[str, int] = {}
 
     def identity(self) -> dict:
         return {"generator": self.name, "bm25": self.params, "lengths": [self.shortest, self.longest]}
 
-    def _tokens(self, texts: list[str]) -> tuple[list[list[str]], list[list[str]]]:
-        """(surface words, their stems) of each text: bm25s' tokenisation and stop words, PyStemmer's stems."""
-        from ..retrieval.bm25 import import_bm25s
+    def fit(self, doc_ids: Sequence[str], texts: Iterable[str]) -> None:
+        """Index the corpus (``texts`` in the order of ``doc_ids``: BEIR's ``title + " " + text``)."""
+        from ..retrieval.bm25 import BM25Index
 
-        bm25s = import_bm25s()
-        words = bm25s.tokenize(texts, stopwords=self.params["stopwords"], stemmer=None, show_progress=False,
-                               return_ids=False)
-        stemmer = self._stemmer()
-        return words, [stemmer.stemWords(w) if stemmer else list(w) for w in words]
-
-    def _stemmer(self):
-        if not self.params["stemmer"]:
-            return None
-        if getattr(self, "_stem", None) is None:
-            import Stemmer
-
-            self._stem = Stemmer.Stemmer(self.params["stemmer"])
-        return self._stem
-
-    def fit(self, texts: Iterable[str]) -> None:
-        df: Counter = Counter()
-        n, total = 0, 0
-        batch: list[str] = []
-
-        def flush():
-            nonlocal n, total
-            for stems in self._tokens(batch)[1]:
-                df.update(set(stems))
-                total += len(stems)
-                n += 1
-            batch.clear()
-
-        for t in texts:
-            batch.append(t)
-            if len(batch) == 10_000:
-                flush()
-        if batch:
-            flush()
-        self.df, self.n_docs, self.avgdl = df, n, max(total / max(n, 1), 1.0)
+        p = self.params
+        self.index = BM25Index(doc_ids, texts, stemmer=p["stemmer"], stopwords=p["stopwords"], k1=p["k1"], b=p["b"],
+                               method=p["method"])
+        self._row = {str(d): i for i, d in enumerate(doc_ids)}
 
     def generate(self, doc_ids, titles, texts, n, seed):
-        if self.df is None:
-            raise RuntimeError("TermsGenerator.fit(corpus texts) first")
-        joined = [(t + " " + x).strip() for t, x in zip(titles, texts)]
-        words, stems = self._tokens(joined)
-        k1, b = self.params["k1"], self.params["b"]
+        if self.index is None:
+            raise RuntimeError("TermsGenerator.fit(doc ids, corpus texts) first")
+        weights, vocab = self.index.document_weights()
+        words, stems = self.index.words([(t + " " + x).strip() for t, x in zip(titles, texts)])
         out = []
         for d, w, s in zip(doc_ids, words, stems):
             rng = np.random.default_rng(doc_seed(seed, d))
-            tf = Counter(s)
-            terms = list(dict.fromkeys(s))  # in document order
+            row = self._row.get(str(d))
+            if row is None:
+                raise KeyError(f"document {d!r} is not in the corpus TermsGenerator.fit indexed")
+            lo, hi = weights.indptr[row], weights.indptr[row + 1]
+            weight_of = {vocab[j]: float(v) for j, v in zip(weights.indices[lo:hi], weights.data[lo:hi])}
+            surface = {}
+            for word, st in zip(w, s):
+                if st in weight_of:
+                    surface.setdefault(st, word)
+            terms = list(surface)  # in document order
             if not terms:
                 out.append([""] * n)
                 continue
-            surface = {}
-            for word, stem in zip(w, s):
-                surface.setdefault(stem, word)
-            norm = k1 * (1 - b + b * len(s) / self.avgdl)
-            weight = np.array([math.log(1 + (self.n_docs - self.df.get(t, 0) + 0.5) / (self.df.get(t, 0) + 0.5))
-                               * tf[t] * (k1 + 1) / (tf[t] + norm) for t in terms])
-            weight = np.maximum(weight, 1e-12)
+            weight = np.maximum(np.array([weight_of[t] for t in terms]), 1e-12)
             p = weight / weight.sum()
             queries = []
             for _ in range(n):

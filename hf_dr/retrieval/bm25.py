@@ -210,6 +210,26 @@ class BM25Index:
             self._sparse = SparseIndex.from_postings(P, self.doc_ids)
         return self._sparse
 
+    def words(self, texts: list[str]) -> tuple[list[list[str]], list[list[str]]]:
+        """(words, their terms) of each text as the index tokenises it: bm25s' words less its stop
+        words, and each word's stem (the word itself without a stemmer): the index's terms."""
+        words = self._bm25s.tokenize(texts, stopwords=self.stopwords, stemmer=None, show_progress=False,
+                                     return_ids=False)
+        return words, [self._stemmer.stemWords(w) if self._stemmer else list(w) for w in words]
+
+    def document_weights(self):
+        """Each document's terms and their BM25 weights, the scores its postings hold (bm25s' score
+        matrix, document-major; made once): ``(W, terms)`` with ``W`` a SciPy CSR matrix (documents x
+        vocabulary, rows in ``doc_ids`` order, float32) and ``terms`` the vocabulary's stems by column."""
+        if getattr(self, "_by_doc", None) is None:
+            W = self._postings().postings.T.tocsr()
+            terms = [""] * W.shape[1]
+            for term, i in self.retriever.vocab_dict.items():
+                if i < len(terms):  # (bm25s' vocabulary ends with "", which has no postings)
+                    terms[i] = term
+            self._by_doc = (W, terms)
+        return self._by_doc
+
     def score(self, query: str, doc_indices: Sequence[int] | None = None) -> np.ndarray:
         """BM25 scores of one query against all (or the given) documents."""
         toks = self._bm25s.tokenize([query], stopwords=self.stopwords, stemmer=self._stemmer,
