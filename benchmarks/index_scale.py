@@ -31,7 +31,8 @@ Every command runs in its own process (peak RSS: the kernel's rusage of that pro
                                                           # most of it encoding; the encodings are kept and reused)
     python benchmarks/index_scale.py --docs 20000 --max-length 64 --work runs/index-scale-20k   # a quick run
 
-Rows: benchmarks/results/index_scale.json.
+Rows: benchmarks/results/index_scale.json (tables ``index_scale_build``, ``_memory``, ``_growth``,
+``_first``, ``_bm25`` in docs/results.md).
 """
 
 from __future__ import annotations
@@ -334,6 +335,16 @@ def measure_size(a, work: Path, n: int, n_max: int) -> dict:
     return out
 
 
+#: the docs' tables (one per kind of row, so that each has few columns), by how a row's system begins
+TABLES = (("hf-dr encode", "index_scale_build"), ("hf-dr index", "index_scale_build"),
+          ("peak RSS", "index_scale_memory"), ("memory beside", "index_scale_growth"),
+          ("time to the first", "index_scale_first"), ("BM25 queries/s", "index_scale_bm25"))
+
+
+def table_of(system: str) -> str:
+    return next(table for start, table in TABLES if system.startswith(start))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=1_000_000, help="documents of the big corpus (default 1,000,000)")
@@ -369,7 +380,7 @@ def main() -> None:
     rows = []
 
     def row(system: str, metrics: dict, target: str) -> None:
-        r = {"table": "index_scale", "dataset": dataset, "system": system, "command": cmd, "machine": mach,
+        r = {"table": table_of(system), "dataset": dataset, "system": system, "command": cmd, "machine": mach,
              "threads": os.cpu_count(), "metrics": metrics, "target": target}
         print(json.dumps({"system": system, **metrics, "target": target}), flush=True)
         rows.append(r)
