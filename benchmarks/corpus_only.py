@@ -15,8 +15,8 @@ records the test nDCG@10 / R@100 after, beside the zero-shot row, the paired t-t
 pseudo-dev set picked and the minutes. ``--judged-dev N`` gives the run ``N`` judged dev queries as a
 user would: ``benchmarks/adapt.py``'s copy of the dataset whose ``qrels/dev.tsv`` judges ``N`` seeded
 training queries (``qrels/train.tsv``; never a test query; the same ones as ``adapt.py --judged-dev N``),
-so selection uses their judgments (rows named ``...:judged=N``). ``--with-real`` adds the same run on D's own training queries
-(``qrels/train.tsv``) as the reference a generated set is compared with. Runs of one dataset share one
+so selection uses their judgments (rows named ``...:judged=N``). ``--with-real`` adds the same run on
+D's own training queries (``qrels/train.tsv``) as the reference a generated set is compared with. Runs of one dataset share one
 work folder (the corpus encoding is computed once).
 
 **Proxy** (``--proxy``). For each generator, one query for each of ``--proxy-docs`` (500) documents

@@ -335,16 +335,6 @@ def measure_size(a, work: Path, n: int, n_max: int) -> dict:
     return out
 
 
-#: the docs' tables (one per kind of row, so that each has few columns), by how a row's system begins
-TABLES = (("hf-dr encode", "index_scale_build"), ("hf-dr index", "index_scale_build"),
-          ("peak RSS", "index_scale_memory"), ("memory beside", "index_scale_growth"),
-          ("time to the first", "index_scale_first"), ("BM25 queries/s", "index_scale_bm25"))
-
-
-def table_of(system: str) -> str:
-    return next(table for start, table in TABLES if system.startswith(start))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=1_000_000, help="documents of the big corpus (default 1,000,000)")
@@ -379,15 +369,17 @@ def main() -> None:
     m_mb = model_mb()
     rows = []
 
-    def row(system: str, metrics: dict, target: str) -> None:
-        r = {"table": table_of(system), "dataset": dataset, "system": system, "command": cmd, "machine": mach,
+    def row(kind: str, system: str, metrics: dict, target: str) -> None:
+        """One row of table ``index_scale_KIND`` (build, memory, growth, first, bm25: the docs show one
+        table per kind, each with few columns)."""
+        r = {"table": f"index_scale_{kind}", "dataset": dataset, "system": system, "command": cmd, "machine": mach,
              "threads": os.cpu_count(), "metrics": metrics, "target": target}
         print(json.dumps({"system": system, **metrics, "target": target}), flush=True)
         rows.append(r)
 
     for n, r in res.items():
         if "encode" in r:
-            row(f"hf-dr encode, {n:,} documents (all-MiniLM-L6-v2, max length {a.max_length or 256}, batch 64)",
+            row("build", f"hf-dr encode, {n:,} documents (all-MiniLM-L6-v2, max length {a.max_length or 256}, batch 64)",
                 r["encode"], "recorded")
     # 1. memory: peak RSS against the index on disk + the model; the memory that is not the index,
     # small -> big, two ways: peak RSS - index - model, and the peak of anonymous memory (the index is
@@ -400,27 +392,27 @@ def main() -> None:
             ("flat", "hf-dr evaluate --retriever dense --index (faiss flat)", lambda r: r["flat"]["eval"], m_mb)):
         m, idx = mem(big), big[name]["size_mb"]
         target = "recorded" if name == "flat" or what.startswith("hf-dr evaluate --retriever bm25") else None
-        row(f"peak RSS of {what}, {a.docs:,} documents",
+        row("memory", f"peak RSS of {what}, {a.docs:,} documents",
             {"peak_rss_mb": m["peak_rss_mb"], "index_mb": idx, "model_mb": model,
              "ratio": round(m["peak_rss_mb"] / (idx + model), 3), "peak_anon_mb": m["peak_anon_mb"],
              "peak_file_mb": m["peak_file_mb"], "seconds": m["seconds"]},
             target or "ratio <= 1.5")
         non = {n: round(mem(r)["peak_rss_mb"] - r[name]["size_mb"] - model, 1) for n, r in res.items()}
         anon = {n: mem(r)["peak_anon_mb"] for n, r in res.items()}
-        row(f"memory beside the index of {what}, {small:,} -> {a.docs:,} documents",
+        row("growth", f"memory beside the index of {what}, {small:,} -> {a.docs:,} documents",
             {"rss_minus_index_model_small_mb": non[small], "rss_minus_index_model_big_mb": non[a.docs],
              "ratio": round(non[a.docs] / non[small], 3), "peak_anon_small_mb": anon[small],
              "peak_anon_big_mb": anon[a.docs], "anon_ratio": round(anon[a.docs] / anon[small], 3)},
             target or "ratio <= 1.3 (both)")
     for name in ("hnsw", "flat", "bm25"):
-        row(f"hf-dr index ({name}), {a.docs:,} documents",
+        row("build", f"hf-dr index ({name}), {a.docs:,} documents",
             {k: big[name][k] for k in ("build_s", "command_s", "size_mb", "build_rss_mb")}, "recorded")
     # 2. first answered query: saved HNSW vs a rebuild, and identical metrics
     saved = run_first(big["corpus"], index=big["hnsw"]["path"])
     print(f"first answered query, saved: {saved}", flush=True)
     rebuilt = run_first(big["corpus"], embeddings=big["emb"])
     print(f"first answered query, rebuilt: {rebuilt}", flush=True)
-    row(f"time to the first answered query, saved HNSW vs rebuilt, {a.docs:,} documents",
+    row("first", f"time to the first answered query, saved HNSW vs rebuilt, {a.docs:,} documents",
         {"saved_s": saved["first_query_s"], "rebuild_s": rebuilt["first_query_s"],
          "ratio": round(saved["first_query_s"] / rebuilt["first_query_s"], 4),
          "identical_metrics": saved["metrics"] == rebuilt["metrics"],
@@ -430,7 +422,7 @@ def main() -> None:
         "ratio <= 0.05, identical metrics")
     # 3. BM25 throughput
     bm = run_worker("bm25", data=big["corpus"], index=big["bm25"]["path"], k=a.k, queries=a.queries)
-    row(f"BM25 queries/s, saved index (hf-dr) vs bm25s' own, {a.docs:,} documents, top {a.k}",
+    row("bm25", f"BM25 queries/s, saved index (hf-dr) vs bm25s' own, {a.docs:,} documents, top {a.k}",
         {**{k: v for k, v in bm.items() if k not in ("seconds", "peak_anon_mb", "peak_file_mb")},
          "ratio": round(bm["hf_dr_qps"] / bm["bm25s_qps"], 3)}, "ratio >= 1.0")
     save_rows("index_scale", rows)
