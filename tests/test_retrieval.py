@@ -57,24 +57,61 @@ def test_dense_index_exact_and_approximate():
 
 @pytest.mark.parametrize("empty", [(3,), (8,), (0,), (0, 8), tuple(range(9))],
                          ids=["middle", "last", "first", "first+last", "all"])  # queries without a term
-@pytest.mark.parametrize("max_entries", [1, 40, 32_000_000])  # one query a group ... all at once
-def test_sparse_index_equals_dense_product_in_groups(max_entries, empty):
+def test_sparse_index_equals_the_sparse_product_bit_for_bit(empty):
     D = sp.random(500, 1000, density=0.01, random_state=1, format="csr", dtype=np.float32)
     Q = sp.random(9, 1000, density=0.02, random_state=2, format="csr", dtype=np.float32)
     Q = (sp.diags([0.0 if i in empty else 1.0 for i in range(9)]) @ Q).tocsr()  # no term: an empty ranking
     Q.eliminate_zeros()
     ids = [str(i) for i in range(500)]
     idx = SparseIndex(D, ids)
-    run = idx.search(Q, [f"q{i}" for i in range(9)], top_k=20, max_entries=max_entries)
-    full = (Q @ D.T).toarray()
+    run = idx.search(Q, [f"q{i}" for i in range(9)], top_k=20)
+    full = (Q.astype(np.float32) @ D.T.tocsr()).toarray()  # float32, each document's terms added in order
+    assert full.dtype == np.float32
     assert set(run) == {f"q{i}" for i in range(9)}
     assert all(run[f"q{i}"] == {} for i in empty)
     for i in range(9):
         nz = np.flatnonzero(full[i] > 0)
         want = nz[np.lexsort((nz, -full[i][nz]))][:20]  # score, then corpus order
         assert [int(d) for d in run[f"q{i}"]] == want.tolist()
-        assert np.allclose(list(run[f"q{i}"].values()), full[i][want])
+        assert list(run[f"q{i}"].values()) == [float(v) for v in full[i][want]]  # the same bits
     assert (idx.doc_vectors([4, 2]) != D[[4, 2]]).nnz == 0
+
+
+def test_sparse_search_memory_is_the_postings_touched_not_the_corpus():
+    """A million documents, a query on two rare terms: the search allocates a few kB, nothing of one
+    entry per document (4 MB as float32), and no copy of the index's arrays (an int64 indptr, as
+    bm25s saves it, once made SciPy's product convert the 8 MB of indices to int64)."""
+    import tracemalloc
+
+    n, vocab = 1_000_000, 1000
+    rng = np.random.default_rng(0)
+    docs = np.sort(rng.choice(n, size=2_000_000))  # term t: the documents of 2,000 random draws each
+    indptr = np.arange(0, 2_000_001, 2000, dtype=np.int64)
+    for t in range(vocab):
+        docs[indptr[t]:indptr[t + 1]] = np.sort(rng.choice(n, size=2000, replace=False))
+    P = sp.csr_matrix((rng.random(2_000_000, dtype=np.float32), docs.astype(np.int32), indptr),
+                      shape=(vocab, n), copy=False)
+    idx = SparseIndex.from_postings(P, np.arange(n).astype(str))
+    Q = sp.csr_matrix((np.ones(3, np.float32), np.array([7, 9, 7]), np.array([0, 3])), shape=(1, vocab))
+    tracemalloc.start()
+    run = idx.search(Q, ["q"], top_k=10, canonical=False)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert len(run["q"]) == 10
+    assert peak < 400_000, peak  # 4,000 postings touched, ~40 bytes each
+
+
+def test_bm25_scores_are_bm25s_own_to_the_bit():
+    data = load_beir(SAMPLE)
+    idx = BM25Index.from_beir(data)
+    queries = {q: t for q, t in list(data.split_queries().items())[:20]}
+    queries["rep"] = "cell cell cells protein cell"  # repeated terms: added once per occurrence, in order
+    run = idx.search(queries, top_k=1000)
+    row = {d: i for i, d in enumerate(data.doc_ids())}
+    for q, text in queries.items():
+        want = idx.score(text)  # bm25s' get_scores over every document
+        assert len(run[q]) == int((want > 0).sum())
+        assert all(s == float(want[row[d]]) for d, s in run[q].items())
 
 
 def test_sparse_index_never_densifies(monkeypatch):

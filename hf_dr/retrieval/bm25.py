@@ -81,8 +81,6 @@ class BM25Index:
 
     #: bm25s' own files of a saved index, in ``folder/BM25S_DIR``
     BM25S_DIR = "bm25s"
-    #: postings a group of queries touches at most (the sparse product's intermediate: ~12 bytes each)
-    MAX_ENTRIES = 2_000_000
 
     def __init__(self, doc_ids: Sequence[str], texts: Iterable[str], *, stemmer: str | None = "english",
                  stopwords: str | list[str] | None = "en", k1: float = 1.5, b: float = 0.75,
@@ -160,9 +158,8 @@ class BM25Index:
         bm25s' score matrix (a BM25 score per document and term, CSC ``[n_docs, |V|]``) read as
         posting lists (CSR ``[|V|, n_docs]``: the same three arrays, memory-mapped for a saved index)
         is searched by the one exact inverted-index search, :class:`~hf_dr.retrieval.SparseIndex`:
-        a group of queries (token counts) times the postings of their terms, a sparse product that
-        touches only the documents sharing a term with a query — never a score per document of the
-        corpus. A document's score adds its terms' scores in the query's token order, in float32,
+        each query (its tokens) against the postings of its terms only — never a score per document
+        of the corpus. A document's score adds its terms' scores in the query's token order, in float32,
         as bm25s' own ``get_scores`` does: the scores are bm25s' to the bit; at the k-th score the
         first documents in corpus order are kept (bm25s keeps an arbitrary few). BM25 variants with
         a score for absent terms (bm25l, bm25+) go through bm25s' ``retrieve``."""
@@ -185,8 +182,7 @@ class BM25Index:
             indptr = np.concatenate([[0], np.cumsum([len(tokens[i]) for i in keep])])
             Q = sp.csr_matrix((np.ones(len(ids), np.float32), np.asarray(ids, np.int64), indptr),
                               shape=(len(keep), self._postings().vocab_size))
-            run.update(self._postings().search(Q, [qids[i] for i in keep], top_k=k, canonical=False,
-                                               max_entries=self.MAX_ENTRIES))
+            run.update(self._postings().search(Q, [qids[i] for i in keep], top_k=k, canonical=False))
             return run
         docs, scores = self.retriever.retrieve([tokens[i] for i in keep], k=k, show_progress=show_progress_bar,
                                                n_threads=n_threads, return_as="tuple")

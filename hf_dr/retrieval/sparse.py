@@ -19,13 +19,12 @@ class SparseIndex:
     """Inverted index over ``[n_docs, |V|]`` CSR document vectors.
 
     The documents are stored transposed in CSR (``|V| x n_docs``), i.e. one posting list
-    per term. A group of queries ``Q [c, |V|]`` is scored as ``Q @ D^T`` in one sparse
-    product that touches only the posting lists of the query terms; its result stays sparse
-    (only documents sharing a term with a query have an entry), and each query's top-k is
-    taken from its own entries with ``argpartition``. Nothing of size ``n_docs`` is ever
-    made dense, so a multi-million-row CSR is searched in memory proportional to the
-    postings touched: queries are grouped so that a group touches at most ``max_entries``
-    postings. Scores are exact; ties are broken by document order.
+    per term. A query is scored from the posting lists of its terms only (:meth:`search`):
+    only documents sharing a term with it get a score, and its top-k is taken from those with
+    ``partition``. Nothing of size ``n_docs`` is ever made (no dense score vector, no
+    per-document workspace), so a multi-million-row CSR, memory-mapped, is searched in memory
+    proportional to the postings one query touches. Scores are exact; ties are broken by
+    document order.
     """
 
     def __init__(self, doc_vectors: sp.spmatrix, doc_ids: Sequence[str]):
@@ -88,42 +87,65 @@ class SparseIndex:
         return self.postings[:, np.asarray(rows)].T.tocsr()
 
     def search(self, query_vectors: sp.spmatrix, query_ids: Sequence[str], top_k: int = 1000,
-               max_entries: int = 32_000_000, canonical: bool = True) -> Run:
-        """``canonical=False``: the query rows are used as given (repeated terms kept, in their order:
-        a document's score then adds its terms' weights in that order)."""
+               canonical: bool = True) -> Run:
+        """Exact top-``top_k`` of each query (a row of ``query_vectors``, CSR ``[n_queries, |V|]``).
+
+        One query at a time, in memory proportional to the postings it touches (never one entry per
+        document of the corpus): the posting lists of its terms are gathered (slices of the
+        memory-mapped arrays: only their pages are read), each weighted by the query's weight of the
+        term; a stable sort by document then lines up each document's entries in the query's term
+        order, and they are added in that order in float32 — the order of a sparse product
+        ``q @ D^T``, so the scores are the same bits. ``canonical=False``: the query rows are used
+        as given (repeated terms kept, in their order: a document's score then adds its terms'
+        weights in that order)."""
         Q = sp.csr_matrix(query_vectors, dtype=np.float32) if canonical else query_vectors
         if Q.shape[1] != self.vocab_size:
             raise ValueError(f"query vectors have {Q.shape[1]} dimensions, the index {self.vocab_size}")
         if Q.shape[0] != len(query_ids):
             raise ValueError(f"{len(query_ids)} query ids for {Q.shape[0]} query vectors")
         k = min(top_k, len(self.doc_ids))
-        # postings each query touches (an upper bound of its result entries)
-        # (differences of a running sum: a query without terms costs 0, wherever it stands)
-        touched = np.concatenate([[0], np.cumsum(self.posting_lengths[Q.indices], dtype=np.int64)])
-        cost = touched[Q.indptr[1:]] - touched[Q.indptr[:-1]]
         run: Run = {}
-        s = 0
-        while s < Q.shape[0]:
-            e, budget = s + 1, cost[s]
-            while e < Q.shape[0] and budget + cost[e] <= max_entries:
-                budget += cost[e]
-                e += 1
-            scores = (Q[s:e] @ self.postings).tocsr()  # sparse [c, n_docs]
-            scores.sort_indices()
-            for r in range(e - s):
-                lo, hi = scores.indptr[r], scores.indptr[r + 1]
-                docs, vals = scores.indices[lo:hi], scores.data[lo:hi]
-                keep = vals > 0  # documents sharing no (positive) term with the query are not hits
-                docs, vals = docs[keep], vals[keep]
-                if len(vals) > k:  # the k best; at the k-th score, the first documents in corpus order
-                    kth = -np.partition(-vals, k - 1)[k - 1]
-                    above = np.flatnonzero(vals > kth)
-                    ties = np.flatnonzero(vals == kth)[: k - len(above)]
-                    sel = np.concatenate([above, ties])
-                    docs, vals = docs[sel], vals[sel]
-                order = np.lexsort((docs, -vals))
-                names = self.doc_ids.take(docs[order]) if hasattr(self.doc_ids, "take") else \
-                    [self.doc_ids[d] for d in docs[order]]
-                run[str(query_ids[s + r])] = {n: float(v) for n, v in zip(names, vals[order])}
-            s = e
+        for r in range(Q.shape[0]):
+            lo, hi = Q.indptr[r], Q.indptr[r + 1]
+            docs, vals = self._scores(np.asarray(Q.indices[lo:hi]), np.asarray(Q.data[lo:hi], np.float32))
+            keep = vals > 0  # documents sharing no (positive) term with the query are not hits
+            docs, vals = docs[keep], vals[keep]
+            if len(vals) > k:  # the k best; at the k-th score, the first documents in corpus order
+                kth = -np.partition(-vals, k - 1)[k - 1]
+                above = np.flatnonzero(vals > kth)
+                ties = np.flatnonzero(vals == kth)[: k - len(above)]
+                sel = np.concatenate([above, ties])
+                docs, vals = docs[sel], vals[sel]
+            order = np.lexsort((docs, -vals))
+            names = self.doc_ids.take(docs[order]) if hasattr(self.doc_ids, "take") else \
+                [self.doc_ids[d] for d in docs[order]]
+            run[str(query_ids[r])] = {n: float(v) for n, v in zip(names, vals[order])}
         return run
+
+    def _scores(self, terms: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(documents in corpus order, their float32 scores) of one query: every document on a
+        posting list of ``terms``, its score the sum of ``weight x posting`` over the query's terms,
+        added in ``terms``' order."""
+        indptr = self.postings.indptr
+        starts = np.asarray(indptr[terms], np.int64)
+        lens = np.asarray(indptr[terms + 1], np.int64) - starts
+        total = int(lens.sum())
+        if not total:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        # positions of the gathered postings: term after term, each list in its own order
+        pos = np.arange(total, dtype=np.int64) + np.repeat(starts - (np.cumsum(lens) - lens), lens)
+        docs = np.asarray(self.postings.indices[pos])
+        vals = np.asarray(self.postings.data[pos], np.float32) * np.repeat(weights, lens)
+        del pos
+        order = np.argsort(docs, kind="stable")  # by document; a document's entries stay in term order
+        docs, vals = docs[order], vals[order]
+        del order
+        first = np.flatnonzero(np.concatenate([[True], docs[1:] != docs[:-1]]))
+        counts = np.diff(np.append(first, len(docs)))
+        scores = vals[first]  # then the 2nd, 3rd... entry of each document added, one round each
+        more, j = np.flatnonzero(counts > 1), 1
+        while more.size:
+            scores[more] += vals[first[more] + j]
+            j += 1
+            more = more[counts[more] > j]
+        return docs[first], scores
