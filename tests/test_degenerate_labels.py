@@ -185,6 +185,7 @@ def test_degenerate_queries_are_reported_and_dropped_or_kept(tmp_path, sample):
     assert "degenerate labels (dropped): 5" in card and "few_candidates" in card and "`huge`" in card
     line = degenerate_summary(drop.stats)
     assert line.startswith("dropped 5 of 11 queries with degenerate labels: ") and "--keep-degenerate" in line
+    assert "keep_degenerate=True" in line  # the library's name too
     assert "\n" not in line
     # --keep-degenerate: the same report, every query with a candidate kept, the others' rows unchanged
     keep = build_pseudo_labels(sample, tmp_path / "keep", PseudoLabelConfig(**cfg, keep_degenerate=True),
@@ -254,7 +255,7 @@ def test_the_label_cache_keys_hold_the_normalisation_and_the_rule(tmp_path, samp
     assert other.stats["cache"]["computed"] == ["rerank", "triplets"]
 
 
-def test_cli_prints_the_summary_and_keeps_with_the_flag(tmp_path, sample, tiny_bert_dir, capsys):
+def test_cli_reports_the_summary_once_and_keeps_with_the_flag(tmp_path, sample, tiny_bert_dir, capsys, caplog):
     from hf_dr.cli import main
 
     queries, _ = _queries(sample)
@@ -266,12 +267,14 @@ def test_cli_prints_the_summary_and_keeps_with_the_flag(tmp_path, sample, tiny_b
     argv = ["label", "--data", str(folder), "--dense-model", str(tiny_bert_dir), "--k", "1", "--m", "3",
             "--bm25-top", "20", "--dev-queries", "0"]
     assert main(argv + ["--output", str(tmp_path / "a")]) == 0
-    out = capsys.readouterr().out
-    line = next(x for x in out.splitlines() if "degenerate" in x)
-    assert line.startswith("dropped 2 of 8 queries with degenerate labels: ") and "--keep-degenerate" in line
+    lines = [r.getMessage() for r in caplog.records if "degenerate" in r.getMessage()]
+    assert len(lines) == 1 and "degenerate" not in capsys.readouterr().out  # one report: the library's warning
+    assert lines[0].startswith("dropped 2 of 8 queries with degenerate labels: ")
+    assert "hf-dr label --keep-degenerate" in lines[0]
     assert "few" not in set(load_from_disk(str(tmp_path / "a"))["query_id"])
+    caplog.clear()
     assert main(argv + ["--keep-degenerate", "--output", str(tmp_path / "b")]) == 0
-    assert capsys.readouterr().out.count("kept 1 of 8 queries with degenerate labels") == 1
+    assert sum("kept 1 of 8 queries with degenerate labels" in r.getMessage() for r in caplog.records) == 1
     assert "few" in set(load_from_disk(str(tmp_path / "b"))["query_id"])
     assert json.loads((tmp_path / "b" / "stats.json").read_text())["degenerate"]["kept"] is True
 

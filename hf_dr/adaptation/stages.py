@@ -129,7 +129,7 @@ def label(run: Run) -> Labels:
     folder's ``cache/``), or a ``hf-dr label`` folder given as ``cfg.labels``."""
     from datasets import load_from_disk
 
-    from ..labeling.pseudo_relevance import PseudoLabelConfig, build_pseudo_labels, degenerate_summary
+    from ..labeling.pseudo_relevance import PseudoLabelConfig, build_pseudo_labels
 
     cfg, say, student, max_length = run.cfg, run.say, run.student, run.max_length
     t0 = time.time()
@@ -162,9 +162,6 @@ def label(run: Run) -> Labels:
         run.stages["label"] = "computed" if computed else "cached"
         say(f"label: {'cached' if not computed else 'computed'} ({len(train)} triplets from "
             f"{stats['train_queries']} queries, dev set of {stats['dev_queries']} queries)")
-        summary = degenerate_summary(stats, keep_hint="hf-dr label --keep-degenerate, then --labels, keeps them")
-        if summary:  # #21: queries whose labels cannot be trusted (dropped)
-            say(f"label: {summary}")
     minutes = (time.time() - t0) / 60
     if len(dev) == 0:
         raise AdaptError("the pseudo-labelled dev set is empty (too few training queries: the dev set takes at most "
@@ -580,12 +577,9 @@ def _evaluate_cached(cache: StageCache, model, test, doc_vectors=None) -> dict:
     :func:`hf_dr.evaluation.evaluate` path), cached by the model's weights and the test data.
     ``doc_vectors``: ``(doc_ids, matrix)``, the corpus encoded by this model already (not again)."""
     from ..embeddings import model_fingerprint
-    from ..evaluation import evaluate
+    from ..factory import evaluate_model
     from ..precision import dtype_name as precision_name
     from ..precision import encoding_dtype
-    import numpy as np
-
-    from ..retrieval import EncoderRetriever
 
     corpus_fp = test.corpus_fingerprint()
     dt = precision_name(encoding_dtype(model))
@@ -593,11 +587,8 @@ def _evaluate_cached(cache: StageCache, model, test, doc_vectors=None) -> dict:
            "queries": digest(test.split_queries()), "metrics": list(METRICS), **({"dtype": dt} if dt != "fp32" else {})}
 
     def run():
-        if doc_vectors is not None and list(doc_vectors[0]) == test.doc_ids():
-            retriever = EncoderRetriever(model, np.asarray(doc_vectors[1]), doc_vectors[0], batch_size=32)
-        else:
-            retriever = EncoderRetriever.from_data(model, test, batch_size=32, show_progress_bar=False)
-        res = evaluate(retriever, test, metrics=METRICS, show_progress_bar=False)
+        res, _ = evaluate_model(model, test, metrics=METRICS, batch_size=32, show_progress_bar=False,
+                                doc_vectors=doc_vectors)
         return {"aggregate": res.aggregate, "per_query": res.per_query, "n_queries": res.n_queries}
 
     return cache.json("test_eval", key, run)

@@ -59,7 +59,7 @@ def run(args) -> int:
     from ..cli import CLIError
     from ..data.beir import load_training_queries
     from ..io import check_output_folder, local_inputs
-    from ..labeling.pseudo_relevance import (PseudoLabelConfig, build_pseudo_labels, degenerate_summary,
+    from ..labeling.pseudo_relevance import (PseudoLabelConfig, build_pseudo_labels,
                                              resolve_cache_dir)
     from ..models import check_model, load_encoder
 
@@ -103,9 +103,6 @@ def run(args) -> int:
     s = labels.stats
     print(f"{s['triplets']} triplets from {s['train_queries']} queries; dev set: {s['dev_rows']} rows from "
           f"{s['dev_queries']} queries; {s['queries_without_bm25_hits']} queries without BM25 hits")
-    summary = degenerate_summary(s)
-    if summary:
-        print(summary)
     print(f"wrote {args.output} (datasets.load_from_disk), {args.output}/dev, {args.output}/data/*.parquet, "
           f"{args.output}/README.md")
     return 0

@@ -545,7 +545,7 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
              "command": public_command(command)}
 
     summary = degenerate_summary(stats)
-    if summary:
+    if summary:  # the one report of a labelling run's degenerate queries (hf-dr label and adapt print no other)
         logger.warning("%s", summary)
 
     # the dataset folder, written whole: triplets at the top (load_from_disk(output_dir)), dev beside them
@@ -587,11 +587,14 @@ def _teacher_margin_bound(reranker, reference_size: int, n_docs: int) -> float |
     return 1.0 if kind == "monot5" else None
 
 
-def degenerate_summary(stats: dict, keep_hint: str = "--keep-degenerate to keep them") -> str | None:
+KEEP_HINT = "hf-dr label --keep-degenerate (PseudoLabelConfig(keep_degenerate=True)) keeps them"
+
+
+def degenerate_summary(stats: dict, keep_hint: str = KEEP_HINT) -> str | None:
     """One line on the degenerate queries of a labelling run (``stats``: its stats), or None when
     there are none: ``dropped 32 of 2,590 queries with degenerate labels: 30 with fewer than 11
-    BM25 candidates (k + m), 2 with ...; --keep-degenerate to keep them`` (``keep_hint``: how
-    the caller keeps them)."""
+    BM25 candidates (k + m), 2 with ...; hf-dr label --keep-degenerate (...) keeps them``
+    (``keep_hint``: how to keep them)."""
     d = stats.get("degenerate") or {}
     ids = d.get("ids") or {}
     if not ids:
@@ -604,7 +607,7 @@ def degenerate_summary(stats: dict, keep_hint: str = "--keep-degenerate to keep 
     no_hit = len(ids) - keepable
     total = f"{stats.get('queries', 0):,}"
     if d.get("kept"):
-        line = f"kept {keepable:,} of {total} queries with degenerate labels (--keep-degenerate): {', '.join(parts)}"
+        line = f"kept {keepable:,} of {total} queries with degenerate labels (keep_degenerate): {', '.join(parts)}"
         return line + (f"; left out {no_hit:,} without any BM25 hit" if no_hit else "") if keepable else \
             f"left out {no_hit:,} of {total} queries without any BM25 hit (degenerate labels)"
     if no_hit:

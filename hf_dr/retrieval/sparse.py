@@ -119,9 +119,10 @@ class SparseIndex:
                 sel = np.concatenate([above, ties])
                 docs, vals = docs[sel], vals[sel]
             order = np.lexsort((docs, -vals))
-            names = self.doc_ids.take(docs[order]) if hasattr(self.doc_ids, "take") else \
-                [self.doc_ids[d] for d in docs[order]]
-            run[str(query_ids[r])] = {n: float(v) for n, v in zip(names, vals[order])}
+            rows = docs[order]
+            names = self.doc_ids.take(rows) if hasattr(self.doc_ids, "take") else \
+                [self.doc_ids[d] for d in rows.tolist()]
+            run[str(query_ids[r])] = dict(zip(names, vals[order].tolist()))  # Python floats, float(s) of each
         return run
 
     def _scores(self, terms: np.ndarray, weights: np.ndarray, acc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
