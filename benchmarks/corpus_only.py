@@ -5,6 +5,7 @@
     python benchmarks/corpus_only.py --datasets scifact,arguana --students minilm,splade-tiny
     python benchmarks/corpus_only.py --generators terms,doc2query:BeIR/query-gen-msmarco-t5-base-v1
     python benchmarks/corpus_only.py --generators terms --learning-rate 2e-5 --judged-dev 20
+    python benchmarks/corpus_only.py --students splade-tiny --generators span --method cai   # another method
     python benchmarks/corpus_only.py --sample                     # smoke test: the bundled sample, tiny budget
 
 **Adapt rows.** For each generator, one corpus-only run: ``hf-dr adapt --data D --queries generate
@@ -148,25 +149,31 @@ def proxy_rows(data: Path, generators: list[str], n_docs: int, max_length: int, 
 
 
 def adapt_rows(data: Path, dataset: str, students: list[str], generators: list[str], work: Path, with_real: bool,
-               extra: list[str], save=None, learning_rate: str | None = None, judged_dev: int = 0) -> list[dict]:
-    """One corpus-only ``hf-dr adapt`` per (student, generator); ``save(rows)`` after each run (a run cut
-    short loses only itself). ``learning_rate``: passed on, and named in the rows and output folders;
-    ``judged_dev``: that many judged dev queries (:func:`with_judged_dev`), named likewise."""
+               extra: list[str], save=None, learning_rate: str | None = None, judged_dev: int = 0,
+               method: str = "pseudo-margin-mse") -> list[dict]:
+    """One corpus-only ``hf-dr adapt --method METHOD`` per (student, generator); ``save(rows)`` after
+    each run (a run cut short loses only itself). ``learning_rate``: passed on, and named in the rows
+    and output folders; ``judged_dev``: that many judged dev queries (:func:`with_judged_dev`), named
+    likewise; a ``method`` other than pseudo-margin-mse likewise."""
     if learning_rate:
         extra = [*extra, "--learning-rate", learning_rate]
     where = f" on {machine()}" if _cuda() else ""
-    suffix = (f"-lr{learning_rate}" if learning_rate else "") + (f"-judged{judged_dev}" if judged_dev else "")
-    tag = (f":lr={learning_rate}" if learning_rate else "") + (f":judged={judged_dev}" if judged_dev else "")
+    other = method != "pseudo-margin-mse"
+    suffix = (f"-{method}" if other else "") + (f"-lr{learning_rate}" if learning_rate else "") + \
+        (f"-judged{judged_dev}" if judged_dev else "")
+    tag = (f":{method}" if other else "") + (f":lr={learning_rate}" if learning_rate else "") + \
+        (f":judged={judged_dev}" if judged_dev else "")
     if judged_dev:
         data = with_judged_dev(data, work, judged_dev)
     cli = [sys.executable, "-m", "hf_dr.cli"]
     rows = []
     for student in students:
-        method_flags = ["--kind", "sparse"] if student == "splade-tiny" else []
+        # (cai trains a SPLADE student by itself; pseudo-margin-mse is told the kind)
+        method_flags = ["--kind", "sparse"] if student == "splade-tiny" and method == "pseudo-margin-mse" else []
         for g in generators + ["real"] * with_real:
             out = work / f"{dataset}-{student}-{g.replace('/', '_').replace(':', '_')}{suffix}"
             queries = [] if g == "real" else ["--queries", "generate", "--generator", g]
-            cmd = ["adapt", "--data", str(data), "--model", str(MODELS[student]), "--method", "pseudo-margin-mse",
+            cmd = ["adapt", "--data", str(data), "--model", str(MODELS[student]), "--method", method,
                    *queries, *method_flags, *extra, "--output", str(out), "--work-dir", str(work / f"work-{dataset}"),
                    "--overwrite"]
             log("$ hf-dr " + " ".join(cmd))
@@ -182,7 +189,7 @@ def adapt_rows(data: Path, dataset: str, students: list[str], generators: list[s
             what = f"{q.get('queries')} queries by {g}" if g != "real" else "the dataset's own training queries"
             rows.append({"table": "corpus_only", "dataset": dataset,
                          "row": f"{student}:{g}{tag}",
-                         "system": f"{NAMES[student]} + hf-dr adapt --method pseudo-margin-mse ({what}; "
+                         "system": f"{NAMES[student]} + hf-dr adapt --method {method} ({what}; "
                                    f"{b['steps']} steps; {'judged' if m.get('selection_on') == 'judged' else 'pseudo'}-dev "
                                    f"picked step {m['selected_step']}){where}",
                          "command": shown, "machine": machine(),
@@ -216,6 +223,8 @@ def main() -> int:
                     help="adapt rows: pass --learning-rate to hf-dr adapt (rows named ...:lr=VALUE); default: adapt's own")
     ap.add_argument("--judged-dev", type=int, default=0, metavar="N",
                     help="adapt rows: N of the dataset's judged training queries as qrels/dev.tsv (selection on them)")
+    ap.add_argument("--method", default="pseudo-margin-mse",
+                    help="adapt rows: hf-dr adapt's method (rows and folders named by it when not pseudo-margin-mse)")
     ap.add_argument("--work", default="runs/corpus_only")
     a = ap.parse_args()
     work = (REPO / a.work).resolve() if not Path(a.work).is_absolute() else Path(a.work)
@@ -232,7 +241,7 @@ def main() -> int:
                 save_rows("corpus_only", rows, merge_key=("table", "dataset", "row", "machine"))
             continue
         adapt_rows(data, name, a.students.split(","), generators, work, a.with_real, extra,
-                   learning_rate=a.learning_rate, judged_dev=a.judged_dev, save=None if a.sample else
+                   learning_rate=a.learning_rate, judged_dev=a.judged_dev, method=a.method, save=None if a.sample else
                    (lambda rows: save_rows("corpus_only", rows, merge_key=("table", "dataset", "row", "machine"))))
     return 0
 
