@@ -27,6 +27,24 @@ def command_line() -> str:
     return "python " + " ".join(shlex.quote(a) for a in [rel] + argv[1:])
 
 
+def bm25s_own(texts, k: int = 1000):
+    """The BM25 peer of the speed benchmarks: bm25s' own index of ``texts`` (English stop words and
+    stemmer, as hf-dr's BM25 by default) and ``search(query_texts) -> (docs, scores)``, its own
+    ``retrieve`` with its own tokenisation of the queries, top ``k``."""
+    import Stemmer
+    import bm25s
+
+    stemmer = Stemmer.Stemmer("english")
+    peer = bm25s.BM25()
+    peer.index(bm25s.tokenize(list(texts), stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
+
+    def search(queries: list[str]):
+        return peer.retrieve(bm25s.tokenize(queries, stopwords="en", stemmer=stemmer, show_progress=False), k=k,
+                             show_progress=False)
+
+    return search
+
+
 def machine() -> str:
     import torch
 

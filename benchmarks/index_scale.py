@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED, command_line, machine, save_rows  # noqa: E402
+from common import SHARED, bm25s_own, command_line, machine, save_rows  # noqa: E402
 from encode_scale import build_corpus  # noqa: E402
 
 MODEL = SHARED / "models" / "all-MiniLM-L6-v2"
@@ -202,9 +202,6 @@ def _throughput_queries() -> dict[str, str]:
 def worker_bm25(a) -> None:
     """BM25 queries/s: the saved index through hf-dr against bm25s' own index and retrieve, same
     queries, same depth, same tokenisation, in this process."""
-    import Stemmer
-    import bm25s
-
     from hf_dr.data import load_beir
     from hf_dr.retrieval import SavedIndex
 
@@ -218,18 +215,13 @@ def worker_bm25(a) -> None:
     run = ours.search(queries, a.k)
     ours_s = time.perf_counter() - t
     # bm25s' own: its index of the same texts, its retrieve
-    stemmer = Stemmer.Stemmer("english")
     t = time.perf_counter()
-    tokens = bm25s.tokenize([x for _, x in data.iter_docs()], stopwords="en", stemmer=stemmer, show_progress=False)
-    theirs = bm25s.BM25()
-    theirs.index(tokens, show_progress=False)
+    theirs = bm25s_own((x for _, x in data.iter_docs()), k=a.k)
     build_s = time.perf_counter() - t
     texts = list(queries.values())
-    theirs.retrieve(bm25s.tokenize(texts[:20], stopwords="en", stemmer=stemmer, show_progress=False), k=a.k,
-                    show_progress=False)
+    theirs(texts[:20])
     t = time.perf_counter()
-    docs, scores = theirs.retrieve(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False),
-                                   k=a.k, show_progress=False)
+    docs, scores = theirs(texts)
     theirs_s = time.perf_counter() - t
     # the same scores rank by rank (top 10; bm25s pads a short list with zero scores; which of the
     # documents tied at a score come first is bm25s' arbitrary choice, corpus order in hf-dr)

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED, command_line, machine, save_rows  # noqa: E402
+from common import SHARED, bm25s_own, command_line, machine, save_rows  # noqa: E402
 
 
 def best_time(fn, repeats: int) -> float:
@@ -108,17 +108,7 @@ def main() -> None:
     qids, qtexts = list(queries), list(queries.values())
     # the peer: bm25s' own index and retrieve (tokenising the queries included, as a search does),
     # not hf-dr's BM25Index, which searches bm25s' scores through SparseIndex, the code under test
-    import bm25s
-    import Stemmer
-
-    stemmer = Stemmer.Stemmer("english")
-    peer = bm25s.BM25()
-    peer.index(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
-
-    def bm25s_search(qs):
-        return peer.retrieve(bm25s.tokenize(qs, stopwords="en", stemmer=stemmer, show_progress=False), k=1000,
-                             show_progress=False)
-
+    bm25s_search = bm25s_own(texts, k=1000)
     bm25s_search(qtexts[:10])
     bm25_qps = len(qids) / best_time(lambda: bm25s_search(qtexts), a.repeats)
     print(f"search: bm25s {bm25_qps:.1f} queries/s", flush=True)

@@ -590,11 +590,10 @@ def _teacher_margin_bound(reranker, reference_size: int, n_docs: int) -> float |
 KEEP_HINT = "hf-dr label --keep-degenerate (PseudoLabelConfig(keep_degenerate=True)) keeps them"
 
 
-def degenerate_summary(stats: dict, keep_hint: str = KEEP_HINT) -> str | None:
+def degenerate_summary(stats: dict) -> str | None:
     """One line on the degenerate queries of a labelling run (``stats``: its stats), or None when
     there are none: ``dropped 32 of 2,590 queries with degenerate labels: 30 with fewer than 11
-    BM25 candidates (k + m), 2 with ...; hf-dr label --keep-degenerate (...) keeps them``
-    (``keep_hint``: how to keep them)."""
+    BM25 candidates (k + m), 2 with ...; hf-dr label --keep-degenerate (...) keeps them``."""
     d = stats.get("degenerate") or {}
     ids = d.get("ids") or {}
     if not ids:
@@ -613,7 +612,7 @@ def degenerate_summary(stats: dict, keep_hint: str = KEEP_HINT) -> str | None:
     if no_hit:
         parts.append(f"{no_hit:,} {_REASON_TEXT['no_bm25_hit']}")
     return (f"dropped {len(ids):,} of {total} queries with degenerate labels: {', '.join(parts)} (ids in stats.json)"
-            + (f"; {keep_hint}" if keepable else ""))
+            + (f"; {KEEP_HINT}" if keepable else ""))
 
 
 def _public_reranker_name(reranker, dense_name) -> str:

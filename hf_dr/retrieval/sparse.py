@@ -41,7 +41,6 @@ class SparseIndex:
     def _set(self, postings: sp.csr_matrix, doc_ids) -> None:
         self.doc_ids = doc_ids if hasattr(doc_ids, "take") else [str(d) for d in doc_ids]
         self.postings = postings
-        self.posting_lengths = np.diff(self.postings.indptr)
         self.vocab_size = self.postings.shape[0]
 
     @classmethod
