@@ -284,6 +284,40 @@ def test_queries_generate_ignores_the_folders_queries(tmp_path, tiny_bert_dir, c
     assert m["queries"]["generator"] == "cloze" and m["labelled_evaluation"] is True and m["test_queries"] == 50
 
 
+def test_queries_fill_adds_generated_queries_to_the_folders_own(tmp_path, tiny_bert_dir, capsys):
+    """--queries fill: the folder's training queries plus generated ones up to the generated-query
+    budget (4 steps x 4 + 5 x 5 dev queries = 41); the dev set is drawn from the folder's own queries
+    only, every generated query trains; metrics.json and the card say both counts."""
+    from hf_dr.data.beir import load_training_queries
+    from tests.test_adapt import _split_sample
+
+    data = _split_sample(tmp_path / "data")  # 30 training queries (qrels/train.tsv), 20 test ones
+    _, own, _ = load_training_queries(data)
+    out = tmp_path / "out"
+    rc = main(["adapt", "--data", str(data), "--model", str(tiny_bert_dir), "--method", "pseudo-margin-mse",
+               "--output", str(out), "--queries", "fill", *FAST])
+    assert rc == 0, capsys.readouterr().err
+    assert 0 < 41 - len(own) < 41
+    m = json.loads((out / "metrics.json").read_text())
+    q = m["queries"]
+    assert q["source"] == "data+generated" and q["data_queries"] == len(own)
+    assert q["generated"] == 41 - len(own) and q["queries"] == 41 and q["generator"] == "span"
+    from datasets import load_from_disk
+
+    work = tmp_path / ".out.work" / "labels"
+    dev_ids = set(load_from_disk(str(work / "dev"))["query_id"])
+    train_ids = set(load_from_disk(str(work))["query_id"])
+    assert dev_ids and dev_ids <= set(own)  # the dev set: the folder's own queries only
+    generated = {i for i in train_ids if i not in own}
+    assert generated and all("-q" in i for i in generated)
+    card = (out / "README.md").read_text()
+    assert f"the folder's {len(own)} and {41 - len(own)} generated from the corpus by `span`" in card
+    # --labels names the training queries: --queries fill with it is refused, one line
+    assert main(["adapt", "--data", str(data), "--model", str(tiny_bert_dir), "--method", "pseudo-margin-mse",
+                 "--output", str(tmp_path / "o2"), "--queries", "fill", "--labels", str(work)]) == 2
+    assert "--labels reuses labelled queries" in capsys.readouterr().err
+
+
 def test_corpus_only_refusals(tmp_path, tiny_bert_dir, capsys):
     """Refused before any work, one line each: test qrels with no queries to evaluate them; an unknown
     generator; --labels with generated queries."""

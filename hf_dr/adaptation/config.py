@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["AdaptConfig", "AdaptError", "CONFIG_FIELDS", "FALLBACKS", "default_work_dir", "work_dir", "eval_steps",
-           "EVAL_FLOOR", "MAX_EVALUATIONS", "generates_queries", "default_num_queries",
+           "EVAL_FLOOR", "MAX_EVALUATIONS", "generates_queries", "fills_queries", "default_num_queries",
            "dtype_name", "dtype_key", "training_precision"]
 
 #: what a method leaves unset when it has no value of its own (cai's chain, when asked for)
-FALLBACKS = {"mlm_steps": 1000, "expand_vocabulary": True}
+FALLBACKS = {"mlm_steps": 1000, "expand_vocabulary": True, "queries": "auto"}
 #: the configuration fields a benchmark row records (everything that changes the result)
 CONFIG_FIELDS = ("max_steps", "batch_size", "learning_rate", "max_length", "eval_steps", "dev_queries", "negatives",
                  "k", "m", "bm25_top", "teacher", "mlm_steps", "expand_vocabulary", "delta_v", "margin_scale", "seed",
@@ -60,8 +60,9 @@ class AdaptConfig:
     show_progress_bar: bool = False
     dtype: str = "auto"  # auto | fp32 | bf16 | fp16: encoding and training precision (hf_dr.precision)
     # the training queries (#23): auto = the folder's own, generated when it has no queries.jsonl; generate =
-    # generated from the corpus even when it has queries (never read then); hf_dr.generation
-    queries: str = "auto"
+    # generated from the corpus even when it has queries (never read then); fill = the folder's own plus
+    # generated ones up to default_num_queries; None: the method's default (else auto); hf_dr.generation
+    queries: str | None = None
     generator: str | None = None  # None: hf_dr.generation.DEFAULT_GENERATOR
     queries_per_doc: int | None = None  # None: one per document drawn, num_queries of them (GPL's rule above |corpus|)
     num_queries: int | None = None  # None: default_num_queries(cfg)
@@ -104,7 +105,14 @@ def generates_queries(cfg: AdaptConfig) -> bool:
     if cfg.queries == "generate":
         return True
     p = Path(str(cfg.data)).expanduser()
-    return cfg.queries == "auto" and p.is_dir() and not (p / "queries.jsonl").is_file()
+    return cfg.queries in (None, "auto", "fill") and p.is_dir() and not (p / "queries.jsonl").is_file()
+
+
+def fills_queries(cfg: AdaptConfig) -> bool:
+    """Whether the run trains on the folder's own queries plus generated ones (``--queries fill`` on a
+    folder that has queries: as many generated as bring the training queries to
+    :func:`default_num_queries`; on a folder without queries, ``fill`` generates them all)."""
+    return cfg.queries == "fill" and not generates_queries(cfg)
 
 
 def default_num_queries(cfg: AdaptConfig) -> int:

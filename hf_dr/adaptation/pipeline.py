@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import stages
-from .config import AdaptConfig, AdaptError, default_work_dir, generates_queries, work_dir
+from .config import AdaptConfig, AdaptError, default_work_dir, fills_queries, generates_queries, work_dir
 from .methods import (METHOD_DEFAULTS, METHODS, get_method, registered_methods, resolved_config,
                       with_method_defaults)
 from .stages import results_table
@@ -112,17 +112,19 @@ def check_config(cfg: AdaptConfig) -> None:
 
         if SavedIndex(cfg.bm25_index).backend != "bm25":  # not an index folder: SavedIndexError, a ValueError
             raise AdaptError(f"--index {cfg.bm25_index} is not a BM25 index (hf-dr index --data DIR --backend bm25)")
-    if cfg.queries not in ("auto", "generate"):
-        raise AdaptError(f"--queries {cfg.queries!r}: auto (the folder's own, generated when it has none) or generate")
+    if cfg.queries not in ("auto", "generate", "fill"):
+        raise AdaptError(f"--queries {cfg.queries!r}: auto (the folder's own, generated when it has none), generate "
+                         "or fill (the folder's own plus generated ones)")
     for name in ("queries_per_doc", "num_queries"):
         if getattr(cfg, name) is not None and getattr(cfg, name) < 1:
             raise AdaptError(f"--{name.replace('_', '-')} must be at least 1")
-    if generates_queries(cfg):
+    if generates_queries(cfg) or fills_queries(cfg):
         from ..generation import DEFAULT_GENERATOR, check_generator
 
         if cfg.labels:
-            raise AdaptError("--labels reuses labelled queries: with --queries generate (or a folder without "
-                             "queries.jsonl) nothing would be generated")
+            raise AdaptError(f"--labels reuses labelled queries: with --queries {cfg.queries or 'auto'} (or a folder "
+                             "without queries.jsonl) nothing would be generated; pass --queries auto to train on the "
+                             "labelled ones")
         try:
             check_generator(cfg.generator or DEFAULT_GENERATOR)
         except ValueError as e:
@@ -130,7 +132,8 @@ def check_config(cfg: AdaptConfig) -> None:
         folder = Path(str(cfg.data)).expanduser()
         if folder.is_dir() and not (folder / "corpus.jsonl").is_file():
             raise AdaptError(f"{cfg.data} is not a BEIR folder: corpus.jsonl is missing")
-        if (folder / "qrels" / "test.tsv").is_file() and not (folder / "queries.jsonl").is_file():
+        if generates_queries(cfg) and (folder / "qrels" / "test.tsv").is_file() and \
+                not (folder / "queries.jsonl").is_file():
             raise AdaptError(f"{folder / 'qrels' / 'test.tsv'} judges queries that {cfg.data} lacks (no queries.jsonl): "
                              "the test split could not be evaluated; add queries.jsonl or remove qrels/")
     elif cfg.generator is not None or cfg.queries_per_doc is not None or cfg.num_queries is not None:

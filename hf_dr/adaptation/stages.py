@@ -17,7 +17,7 @@ from typing import Any
 from ..hub.paths import hub_id, public_command, public_name
 from ..stage_cache import StageCache, dataset_digest, digest
 from .config import (AdaptConfig, AdaptError, default_num_queries, dtype_key, dtype_name, eval_steps,
-                     generates_queries, work_dir)
+                     fills_queries, generates_queries, work_dir)
 from .methods import DevSet, Method, Prepared, TrainInputs, get_method, registered_methods, resolved_config
 from .student import own_max_length, save_model, set_max_length, with_prompts
 from .verdict import CONTAINED_TAU, JUDGED_DEV_MAX, JUDGED_POOL, decide, rank_agreement, resolution
@@ -78,16 +78,21 @@ def generate(run: Run) -> None:
     """The training queries made from the corpus (:func:`hf_dr.generation.generate_to_folder`), when
     :func:`~.config.generates_queries`: ``run.queries`` and ``run.sources`` (each query's document),
     in a folder of the stage cache keyed on the corpus, the generator, the counts and the seed (a
-    killed generation resumes from its finished shards). Otherwise records the folder's own queries."""
+    killed generation resumes from its finished shards). With :func:`~.config.fills_queries`, the
+    generated queries join the folder's own (as many as bring them to
+    :func:`~.config.default_num_queries`; ``run.sources`` holds the generated ones only, and the dev
+    set is drawn from the folder's own). Otherwise records the folder's own queries."""
     from ..generation import DEFAULT_GENERATOR, generate_to_folder, get_generator
 
     cfg, say = run.cfg, run.say
-    if not generates_queries(cfg):
-        run.query_source = {"source": "data", "queries": len(run.queries)}
+    own = len(run.queries)
+    fill = fills_queries(cfg)
+    total = cfg.num_queries or (max(0, default_num_queries(cfg) - own) if fill else default_num_queries(cfg))
+    if not (generates_queries(cfg) or fill) or total == 0:
+        run.query_source = {"source": "data", "queries": own}
         return
     t0 = time.time()
     spec = cfg.generator or DEFAULT_GENERATOR
-    total = cfg.num_queries or default_num_queries(cfg)
     try:
         gen = get_generator(spec)
         key = {"corpus": run.data.corpus_fingerprint(), "generator": gen.identity(), "seed": cfg.seed,
@@ -100,14 +105,22 @@ def generate(run: Run) -> None:
         raise AdaptError(str(e)) from None
     m = res.manifest
     kind, _, ident = spec.partition(":")
-    run.queries, run.sources = res.queries, res.sources
-    run.query_source = {"source": "generated", "generator": f"{kind}:{public_name(ident)}" if ident else kind,
-                        "queries": len(res.queries), "queries_per_doc": m["queries_per_doc"],
+    clash = sorted(set(res.queries) & set(run.queries))
+    if clash:
+        raise AdaptError(f"--queries fill: {len(clash)} generated query ids are ids of {cfg.data}'s own queries "
+                         f"(e.g. {clash[0]!r}); rename them in its queries.jsonl or pass --queries auto")
+    run.queries, run.sources = {**run.queries, **res.queries}, res.sources
+    run.query_source = {"source": "data+generated" if fill else "generated",
+                        "generator": f"{kind}:{public_name(ident)}" if ident else kind,
+                        "queries": len(run.queries), **({"data_queries": own, "generated": len(res.queries)}
+                                                        if fill else {}),
+                        "queries_per_doc": m["queries_per_doc"],
                         "documents": m["documents"], "n_docs": m["n_docs"], "num_queries": m["num_queries"],
                         "seed": cfg.seed, "minutes": round((time.time() - t0) / 60, 2)}
     run.stages["generate"] = "cached" if cached else "computed"
     say(f"generate: {'cached' if cached else 'computed'} ({len(res.queries)} queries by {spec}, "
-        f"{m['queries_per_doc']} per document for {m['documents']} of {m['n_docs']} documents)")
+        f"{m['queries_per_doc']} per document for {m['documents']} of {m['n_docs']} documents"
+        f"{f'; with the {own} of the folder: {len(run.queries)}' if fill else ''})")
 
 
 # ----------------------------------------------------------------------------- label

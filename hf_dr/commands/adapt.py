@@ -38,9 +38,11 @@ def register(sub) -> None:
                         "or sparse (an MLM checkpoint such as splade-tiny as SPLADE; cai always reads it so)")
     p.add_argument("--split", default="train", help="training query split (default train; test is refused). "
                    "Without qrels/SPLIT.tsv every query not judged in qrels/test.tsv is a training query")
-    p.add_argument("--queries", default="auto", choices=["auto", "generate"],
+    p.add_argument("--queries", default=None, choices=["auto", "generate", "fill"],
                    help="the training queries: auto (the folder's own; generated from the corpus when it has no "
-                        "queries.jsonl) or generate (generated even when it has queries, which are then never read)")
+                        "queries.jsonl), generate (generated even when it has queries, which are then never read) "
+                        "or fill (the folder's own plus generated ones up to --num-queries' default; the dev set "
+                        "from the folder's own). Default: auto")
     p.add_argument("--generator", default=None,
                    help="generated queries: span | terms | cloze | doc2query:ID (default span: measured, "
                         "docs/adapt.md \"A corpus and nothing else\")")

@@ -245,7 +245,8 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
             conversational queries, see :mod:`.rewriting`).
         sources: ``{qid: doc id}``, the document each query was made from (generated queries,
             :mod:`hf_dr.generation`): always among the teacher's candidates (added after BM25's
-            top-``bm25_top`` when BM25 missed it; ``stats["sources_added"]`` counts them).
+            top-``bm25_top`` when BM25 missed it; ``stats["sources_added"]`` counts them). When some
+            queries have none (a folder's own queries beside generated ones), the dev set is drawn from those.
         cache_dir: where stages are cached (default :func:`default_cache_dir`: ``.NAME.cache`` beside
             the output folder); share it across runs. It must not lie inside ``output_dir``.
         doc_embeddings: an embeddings folder (``hf-dr encode``) of ``data``'s corpus by ``dense_encoder``,
@@ -420,9 +421,13 @@ def build_pseudo_labels(data, output_dir: str | Path, config: PseudoLabelConfig 
         dense_run, _ = apply_self_match_rule(dense_run)
 
     # 5. dev split (the same for every sampler / k / m) and triplets
+    # drawn from the queries not made from a document when there are some (a folder's own queries beside
+    # generated ones: the dev set judges on queries of the kind users ask)
     split_rng = np.random.default_rng([config.seed, 0])
-    n_dev = min(config.dev_queries, len(labelled) // 5)
-    dev_q = sorted(labelled[i] for i in split_rng.permutation(len(labelled))[:n_dev])
+    pool = [q for q in labelled if q not in sources] if sources else []
+    pool = pool or labelled
+    n_dev = min(config.dev_queries, len(pool) // 5)
+    dev_q = sorted(pool[i] for i in split_rng.permutation(len(pool))[:n_dev])
     dev_set = set(dev_q)
     train_q = [q for q in labelled if q not in dev_set]
     need = config.k + config.m

@@ -77,6 +77,8 @@ def with_method_defaults(cfg: AdaptConfig) -> AdaptConfig:
     (:func:`~hf_dr.adaptation.config.eval_steps`)."""
     method = _REGISTRY.get(cfg.method)
     own = {**FALLBACKS, **(method.defaults if method else {})}
+    if cfg.labels:  # a labelled folder's queries are the training queries: nothing generated
+        own["queries"] = "auto"
     if method is not None and method.generated_defaults and generates_queries(cfg):
         own.update(method.generated_defaults)
     filled = {k: v for k, v in own.items() if getattr(cfg, k) is None}
