@@ -302,6 +302,7 @@ def test_queries_fill_adds_generated_queries_to_the_folders_own(tmp_path, tiny_b
     q = m["queries"]
     assert q["source"] == "data+generated" and q["data_queries"] == len(own)
     assert q["generated"] == 41 - len(own) and q["queries"] == 41 and q["generator"] == "span"
+    assert m["config"]["queries"] == "fill"  # recorded: a row made with it is not a defaults row
     from datasets import load_from_disk
 
     work = tmp_path / ".out.work" / "labels"

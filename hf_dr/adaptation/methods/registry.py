@@ -92,4 +92,6 @@ def resolved_config(cfg: AdaptConfig) -> dict:
     """The fields of :data:`~hf_dr.adaptation.config.CONFIG_FIELDS` after :func:`with_method_defaults`
     (what metrics.json records)."""
     cfg = with_method_defaults(cfg)
-    return {k: getattr(cfg, k) for k in CONFIG_FIELDS}
+    # the training queries when not the folder's own (auto: the keys of the rows measured before --queries fill)
+    return {**{k: getattr(cfg, k) for k in CONFIG_FIELDS},
+            **({"queries": cfg.queries} if cfg.queries not in (None, "auto") else {})}
