@@ -12,7 +12,7 @@ __all__ = ["AdaptConfig", "AdaptError", "CONFIG_FIELDS", "FALLBACKS", "default_w
            "dtype_name", "dtype_key", "training_precision"]
 
 #: what a method leaves unset when it has no value of its own (cai's chain, when asked for)
-FALLBACKS = {"mlm_steps": 1000, "expand_vocabulary": True, "queries": "auto"}
+FALLBACKS = {"mlm_steps": 1000, "expand_vocabulary": True}
 #: the configuration fields a benchmark row records (everything that changes the result)
 CONFIG_FIELDS = ("max_steps", "batch_size", "learning_rate", "max_length", "eval_steps", "dev_queries", "negatives",
                  "k", "m", "bm25_top", "teacher", "mlm_steps", "expand_vocabulary", "delta_v", "margin_scale", "seed",
@@ -61,8 +61,8 @@ class AdaptConfig:
     dtype: str = "auto"  # auto | fp32 | bf16 | fp16: encoding and training precision (hf_dr.precision)
     # the training queries (#23): auto = the folder's own, generated when it has no queries.jsonl; generate =
     # generated from the corpus even when it has queries (never read then); fill = the folder's own plus
-    # generated ones up to default_num_queries; None: the method's default (else auto); hf_dr.generation
-    queries: str | None = None
+    # generated ones up to default_num_queries (measured: docs/adapt.md); hf_dr.generation
+    queries: str = "auto"
     generator: str | None = None  # None: hf_dr.generation.DEFAULT_GENERATOR
     queries_per_doc: int | None = None  # None: one per document drawn, num_queries of them (GPL's rule above |corpus|)
     num_queries: int | None = None  # None: default_num_queries(cfg)
@@ -105,7 +105,7 @@ def generates_queries(cfg: AdaptConfig) -> bool:
     if cfg.queries == "generate":
         return True
     p = Path(str(cfg.data)).expanduser()
-    return cfg.queries in (None, "auto", "fill") and p.is_dir() and not (p / "queries.jsonl").is_file()
+    return cfg.queries in ("auto", "fill") and p.is_dir() and not (p / "queries.jsonl").is_file()
 
 
 def fills_queries(cfg: AdaptConfig) -> bool:

@@ -122,7 +122,7 @@ def check_config(cfg: AdaptConfig) -> None:
         from ..generation import DEFAULT_GENERATOR, check_generator
 
         if cfg.labels:
-            raise AdaptError(f"--labels reuses labelled queries: with --queries {cfg.queries or 'auto'} (or a folder "
+            raise AdaptError(f"--labels reuses labelled queries: with --queries {cfg.queries} (or a folder "
                              "without queries.jsonl) nothing would be generated; pass --queries auto to train on the "
                              "labelled ones")
         try:

@@ -38,11 +38,11 @@ def register(sub) -> None:
                         "or sparse (an MLM checkpoint such as splade-tiny as SPLADE; cai always reads it so)")
     p.add_argument("--split", default="train", help="training query split (default train; test is refused). "
                    "Without qrels/SPLIT.tsv every query not judged in qrels/test.tsv is a training query")
-    p.add_argument("--queries", default=None, choices=["auto", "generate", "fill"],
+    p.add_argument("--queries", default="auto", choices=["auto", "generate", "fill"],
                    help="the training queries: auto (the folder's own; generated from the corpus when it has no "
                         "queries.jsonl), generate (generated even when it has queries, which are then never read) "
                         "or fill (the folder's own plus generated ones up to --num-queries' default; the dev set "
-                        "from the folder's own). Default: auto")
+                        "from the folder's own; measured, not a default: docs/adapt.md)")
     p.add_argument("--generator", default=None,
                    help="generated queries: span | terms | cloze | doc2query:ID (default span: measured, "
                         "docs/adapt.md \"A corpus and nothing else\")")
@@ -51,7 +51,7 @@ def register(sub) -> None:
                         "by --seed; above the corpus size GPL's ceil(--num-queries / |corpus|))")
     p.add_argument("--num-queries", type=positive_int, default=None,
                    help="generated queries in all (default: max-steps x batch-size + 5 x dev-queries, as many as "
-                        "the training reads triplets)")
+                        "the training reads triplets; with --queries fill, that less the folder's own)")
     p.add_argument("--labels", default=None, metavar="DIR", help="re-use a `hf-dr label` output folder (train + dev) "
                    "instead of labelling")
     p.add_argument("--index", default=None, metavar="IDX",

@@ -77,8 +77,6 @@ def with_method_defaults(cfg: AdaptConfig) -> AdaptConfig:
     (:func:`~hf_dr.adaptation.config.eval_steps`)."""
     method = _REGISTRY.get(cfg.method)
     own = {**FALLBACKS, **(method.defaults if method else {})}
-    if cfg.labels:  # a labelled folder's queries are the training queries: nothing generated
-        own["queries"] = "auto"
     if method is not None and method.generated_defaults and generates_queries(cfg):
         own.update(method.generated_defaults)
     filled = {k: v for k, v in own.items() if getattr(cfg, k) is None}
@@ -94,4 +92,4 @@ def resolved_config(cfg: AdaptConfig) -> dict:
     cfg = with_method_defaults(cfg)
     # the training queries when not the folder's own (auto: the keys of the rows measured before --queries fill)
     return {**{k: getattr(cfg, k) for k in CONFIG_FIELDS},
-            **({"queries": cfg.queries} if cfg.queries not in (None, "auto") else {})}
+            **({"queries": cfg.queries} if cfg.queries != "auto" else {})}
