@@ -313,6 +313,13 @@ def test_queries_fill_adds_generated_queries_to_the_folders_own(tmp_path, tiny_b
     assert generated and all("-q" in i for i in generated)
     card = (out / "README.md").read_text()
     assert f"the folder's {len(own)} and {41 - len(own)} generated from the corpus by `span`" in card
+    # a folder whose own queries reach the budget (1 step x 4 + 5 x 1 dev = 9 < 30): none generated, said
+    capsys.readouterr()
+    small = [*FAST, "--max-steps", "1", "--eval-steps", "1", "--dev-queries", "1"]  # the last of a flag wins
+    assert main(["adapt", "--data", str(data), "--model", str(tiny_bert_dir), "--method", "pseudo-margin-mse",
+                 "--output", str(tmp_path / "o3"), "--queries", "fill", *small]) == 0
+    assert "generate: none (--queries fill: the folder's 30 queries reach the budget of 9)" in capsys.readouterr().out
+    assert json.loads((tmp_path / "o3" / "metrics.json").read_text())["queries"] == {"source": "data", "queries": 30}
     # --labels names the training queries: --queries fill with it is refused, one line
     assert main(["adapt", "--data", str(data), "--model", str(tiny_bert_dir), "--method", "pseudo-margin-mse",
                  "--output", str(tmp_path / "o2"), "--queries", "fill", "--labels", str(work)]) == 2

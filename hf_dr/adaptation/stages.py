@@ -89,6 +89,9 @@ def generate(run: Run) -> None:
     fill = fills_queries(cfg)
     total = cfg.num_queries or (max(0, default_num_queries(cfg) - own) if fill else default_num_queries(cfg))
     if not (generates_queries(cfg) or fill) or total == 0:
+        if fill:
+            say(f"generate: none (--queries fill: the folder's {own} queries reach the budget of "
+                f"{default_num_queries(cfg)})")
         run.query_source = {"source": "data", "queries": own}
         return
     t0 = time.time()
