@@ -3,12 +3,18 @@
 1. Encoding: documents/s of hf-dr's encode loop (``DenseEncoder.encode_corpus``) vs
    ``sentence_transformers.SentenceTransformer.encode`` on the same model, texts, batch size
    and max length; reported as a ratio (best of ``--repeats`` alternating runs each).
-2. Search: queries/s of ``DenseIndex`` (faiss flat IP), ``SparseIndex`` (splade-tiny vectors)
+2. SPLADE training: seconds per step (forward + backward + AdamW, in-batch contrastive loss +
+   FLOPS) of ``SPLADECAI`` (its max-pooled projection, no ``[batch, length, |V|]`` logits) vs
+   ``sentence_transformers.SparseEncoder`` (MLMTransformer + SpladePooling, full logits) on the
+   same splade-tiny weights, batches of SciFact triplets and max length; ratio of steps/s.
+3. Search: queries/s of ``DenseIndex`` (faiss flat IP), ``SparseIndex`` (splade-tiny vectors)
    and ``BM25Index`` (bm25s' scores searched by ``SparseIndex``) vs bm25s' own ``BM25.retrieve``
    (its tokenisation of the queries included), top-1000 over the whole corpus, all queries.
 
     python benchmarks/speed.py                        # SciFact, 1000 documents for encoding
     python benchmarks/speed.py --n-docs 0             # the whole corpus
+    python benchmarks/speed.py --skip encode encode-sparse dense-search sparse-search bm25-search
+                                                      # SPLADE training only
 
 Results: benchmarks/results/speed.json.
 """
@@ -46,6 +52,71 @@ def compare_encode(ours, peer, sample: list[str], batch_size: int, repeats: int)
     return len(sample) / min(t_ours), len(sample) / min(t_peer)
 
 
+def compare_splade_training(a, data, texts) -> dict:
+    """Seconds per SPLADE training step of hf-dr's SPLADECAI and of sentence-transformers'
+    SparseEncoder, from the same weights, on the same batches (query, a random document as its
+    positive, another as its negative: speed does not depend on the labels), the same loss
+    (``hf_dr.losses``: in-batch contrastive + FLOPS) and AdamW; a warm-up step each, then
+    ``--repeats`` alternating rounds of ``--train-steps`` steps, best round of each."""
+    import torch
+    from sentence_transformers import SparseEncoder
+
+    from hf_dr.data import RetrievalCollator
+    from hf_dr.losses import contrastive_loss, flops_loss
+    from hf_dr.models.splade import SPLADECAI
+
+    rng = random.Random(0)
+    qtexts = list(data.queries["text"])
+    B, n = a.train_batch_size, a.train_steps
+    batches = [[{"query": rng.choice(qtexts), "pos": rng.choice(texts), "neg": rng.choice(texts)} for _ in range(B)]
+               for _ in range(n)]
+    st = SparseEncoder(a.sparse_model, device="cpu")
+    ours = SPLADECAI.from_backbone(a.sparse_model, max_doc_length=st.max_seq_length)
+    collate = RetrievalCollator(ours.tokenizer, 64, st.max_seq_length, score_column=None)
+    enc = [collate(b) for b in batches]
+
+    def loss_of(q, d):
+        targets = torch.arange(q.shape[0]) * (d.shape[0] // q.shape[0])
+        return contrastive_loss(q, d, targets) + 0.0006 * flops_loss(q) + 0.0008 * flops_loss(d)
+
+    def ours_step(x, opt):
+        q = ours(x["query_input_ids"], x["query_attention_mask"], is_query=True)
+        d = ours(x["doc_input_ids"], x["doc_attention_mask"])
+        return q, d
+
+    def st_step(x, opt):
+        def emb(ids, mask):
+            return st({"input_ids": ids, "attention_mask": mask})["sentence_embedding"]
+        return emb(x["query_input_ids"], x["query_attention_mask"]), emb(x["doc_input_ids"], x["doc_attention_mask"])
+
+    def runner(model, step):
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+        def run(batches):
+            for x in batches:
+                q, d = step(x, opt)
+                loss_of(q, d).backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+        return run
+
+    run_ours, run_st = runner(ours, ours_step), runner(st, st_step)
+    run_ours(enc[:1])
+    run_st(enc[:1])
+    t_ours, t_st = [], []
+    for _ in range(a.repeats):
+        t_ours.append(best_time(lambda: run_ours(enc), 1) / n)
+        t_st.append(best_time(lambda: run_st(enc), 1) / n)
+    so, ss = min(t_ours), min(t_st)
+    print(f"train sparse: hf-dr SPLADECAI {so:.2f} s/step, SparseEncoder {ss:.2f} s/step, ratio {ss / so:.2f}x",
+          flush=True)
+    return {"system": f"SPLADE training step: SPLADECAI vs sentence-transformers SparseEncoder (splade-tiny, {B} "
+                      f"triplets, max_len {st.max_seq_length}, contrastive + FLOPS, AdamW)",
+            "metrics": {"hf_dr_s_per_step": round(so, 3), "peer_s_per_step": round(ss, 3),
+                        "ratio": round(ss / so, 3)}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", default="scifact")
@@ -55,7 +126,10 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--skip", nargs="*", default=[],
-                    choices=["encode", "encode-sparse", "dense-search", "sparse-search", "bm25-search"])
+                    choices=["encode", "encode-sparse", "train-sparse", "dense-search", "sparse-search",
+                             "bm25-search"])
+    ap.add_argument("--train-batch-size", type=int, default=8, help="triplets per SPLADE training step")
+    ap.add_argument("--train-steps", type=int, default=5, help="timed SPLADE training steps per repeat")
     a = ap.parse_args()
 
     import torch
@@ -103,6 +177,9 @@ def main() -> None:
                      f"{a.batch_size}, max_len {st_sparse.max_seq_length}, {len(sample)} docs)",
                      "metrics": {"hf_dr_docs_per_s": round(ours_dps, 2), "peer_docs_per_s": round(st_dps, 2),
                                  "ratio": round(ours_dps / st_dps, 3)}})
+
+    if "train-sparse" not in a.skip:
+        rows.append({**base, **compare_splade_training(a, data, texts)})
 
     queries = dict(zip(data.queries["_id"], data.queries["text"]))
     qids, qtexts = list(queries), list(queries.values())

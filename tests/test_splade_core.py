@@ -62,6 +62,37 @@ def test_blocked_decoder_masks_padding_and_empty_rows():
     assert dec.forward.__func__ is torch.nn.Linear.forward  # restored on exit
 
 
+def _pooled_grads(m, ids, mask, block):
+    m.config.pool_vocab_block = block
+    m.zero_grad(set_to_none=True)
+    out = m(input_ids=ids, attention_mask=mask)
+    (out * torch.linspace(0.5, 1.5, out.shape[-1])).sum().backward()
+    return out.detach(), {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+
+
+def test_training_pooling_gives_the_dense_gradient(tiny_splade):
+    """With autograd, the blocked max-pooled projection (which keeps each maximum's position and
+    sends the gradient there) gives the dense path's vectors and gradients (full logits + masked
+    max), padding included, for a block size that does not divide |V|."""
+    m = tiny_splade.train()
+    enc = m.tokenizer(["apple banana cherry " * 5, "banana", "a b c d e f g"], padding=True, return_tensors="pt")
+    old = m.config.pool_vocab_block
+    try:
+        torch.manual_seed(0)
+        m.eval()  # no dropout: both passes see the same network
+        dense, gd = _pooled_grads(m, enc["input_ids"], enc["attention_mask"], 0)
+        pooled, gp = _pooled_grads(m, enc["input_ids"], enc["attention_mask"], 7)
+    finally:
+        m.config.pool_vocab_block = old
+    assert torch.allclose(dense, pooled, atol=1e-6)
+    assert gd.keys() == gp.keys() and len(gd) > 3
+    emb = m.get_input_embeddings().weight
+    assert any(p is emb for p in m.parameters())
+    for n in gd:  # float32 sums in another order: relative to the gradient's scale
+        assert (gd[n] - gp[n]).abs().max() <= 1e-5 * gd[n].abs().max() + 1e-6, (n, (gd[n] - gp[n]).abs().max())
+    assert gd[next(n for n in gd if "word_embeddings" in n)].abs().sum() > 0  # the tied decoder is trained
+
+
 def test_fit_idf_eq6(tiny_splade):
     m = tiny_splade
     tok = m.tokenizer

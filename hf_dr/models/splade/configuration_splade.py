@@ -15,12 +15,12 @@ class SPLADECAIConfig(PretrainedConfig):
         idf_exponent: documents are multiplied by ``idf ** idf_exponent``; 1.0 is the paper's
             Eq. 7, 0.5 is what the authors' released code does (sqrt(IDF)).
         max_query_length / max_doc_length: truncation lengths of the encode loop.
-        pool_vocab_block: at inference (no autograd), vocabulary rows projected at a time while
-            max-pooling: each document's unpadded positions are projected onto ``block`` rows
-            of the MLM decoder and reduced at once, so the ``[batch, length, |V|]`` logits are
-            never written (on GPU: the whole batch per block). Identical vectors; 2.6x faster
-            pooling on 2 CPU cores for splade-tiny. 0 projects everything at once (the
-            training path, which needs autograd, always does).
+        pool_vocab_block: vocabulary rows projected at a time while max-pooling: each
+            document's unpadded positions are projected onto ``block`` rows of the MLM decoder
+            and reduced at once, so the ``[batch, length, |V|]`` logits are never written (on
+            GPU, and in training: the whole batch per block; training keeps the position of
+            each maximum and sends the gradient there). Identical vectors; 2.6x faster pooling
+            on 2 CPU cores for splade-tiny at inference. 0 projects everything at once.
     """
 
     model_type = "splade_cai"

@@ -43,17 +43,70 @@ def splade_pool(logits: torch.Tensor, attention_mask: torch.Tensor) -> torch.Ten
     return torch.log1p(torch.relu(logits.amax(dim=1)))
 
 
+def _projection_dtype(x: torch.Tensor, w: torch.Tensor) -> torch.dtype:
+    """The projection's dtype, not ``x``'s: under autocast LayerNorm may hand over float32 (CUDA
+    does) while the matmul runs in bf16 / fp16; the maxima and the padding fill are in that dtype."""
+    if torch.is_autocast_enabled(x.device.type) and x.dtype.is_floating_point:
+        return torch.get_autocast_dtype(x.device.type)
+    return torch.promote_types(x.dtype, w.dtype)
+
+
+class _MaxPooledProjection(torch.autograd.Function):
+    """``max over the unmasked positions of x @ w.T`` (``[B, L, H]`` x ``[V, H]`` -> ``[B, V]``) for
+    training, without the ``[B, L, |V|]`` logits: the forward projects ``block`` vocabulary rows at
+    a time and keeps, per document and term, the maximum and the position it came from; the
+    backward sends each term's gradient to that one position (the gradient of a max), so it costs
+    ``B x |V| x H`` instead of the dense projection's ``B x L x |V| x H`` twice. The gradient is
+    the dense path's (``splade_pool`` over the full logits) up to ties between positions, which the
+    dense path splits and this one gives to one position. The backward runs in float32."""
+
+    @staticmethod
+    def forward(ctx, x, w, mask, block: int, dt):
+        B, V = x.shape[0], w.shape[0]
+        low = torch.finfo(dt).min
+        out = torch.empty(B, V, dtype=dt, device=x.device)
+        idx = torch.empty(B, V, dtype=torch.long, device=x.device)
+        pad, xd = ~mask.unsqueeze(-1), x.to(dt)
+        with torch.autocast(x.device.type, enabled=False):
+            for s in range(0, V, block):
+                lg = torch.matmul(xd, w[s:s + block].to(dt).t()).masked_fill_(pad, low)
+                torch.max(lg, dim=1, out=(out[:, s:s + block], idx[:, s:s + block]))
+        ctx.save_for_backward(x, w, idx)
+        ctx.block = block
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w, idx = ctx.saved_tensors
+        H, V, blk = x.shape[-1], w.shape[0], ctx.block
+        gf, xf, wf = g.float(), x.float(), w.float()
+        gx = torch.zeros(x.shape, dtype=torch.float32, device=x.device) if ctx.needs_input_grad[0] else None
+        gw = torch.empty(w.shape, dtype=torch.float32, device=w.device) if ctx.needs_input_grad[1] else None
+        for s in range(0, V, blk):
+            e = min(V, s + blk)
+            at = idx[:, s:e].unsqueeze(-1).expand(-1, -1, H)  # the position each term's maximum came from
+            gs = gf[:, s:e].unsqueeze(-1)
+            if gw is not None:
+                gw[s:e] = (gs * xf.gather(1, at)).sum(0)
+            if gx is not None:
+                gx.scatter_add_(1, at, gs * wf[s:e].unsqueeze(0))
+        return (gx.to(x.dtype) if gx is not None else None, gw.to(w.dtype) if gw is not None else None,
+                None, None, None)
+
+
 class _MaxPooledDecoder:
     """Temporarily turns the MLM head's output projection (``get_output_embeddings()``) into
-    "project and max-pool over the sequence", for inference. The ``[batch, length, |V|]``
-    logits never exist: each document's real (unpadded) positions are projected onto
-    ``block`` vocabulary rows at a time and reduced at once into the output, so every logits
-    tile ``[length, block]`` stays in cache. The projection is the same FLOPs on fewer
-    (unpadded) positions, but the tensor SPLADE normally writes and re-reads — several GB for
-    a batch of 32 x 512 tokens — is gone, which is where a small backbone's time goes
-    (measured 2.6x faster than the full projection on 2 CPU cores). The bias is constant over
-    positions, so it is added after the max. The head then returns ``[batch, 1, |V|]`` masked
-    maxima; a document without any unmasked position gets the dtype's minimum (weight 0)."""
+    "project and max-pool over the sequence". The ``[batch, length, |V|]`` logits never exist.
+    For inference, each document's real (unpadded) positions are projected onto ``block``
+    vocabulary rows at a time and reduced at once into the output, so every logits tile
+    ``[length, block]`` stays in cache. The projection is the same FLOPs on fewer (unpadded)
+    positions, but the tensor SPLADE normally writes and re-reads — several GB for a batch of
+    32 x 512 tokens — is gone, which is where a small backbone's time goes (measured 2.6x faster
+    than the full projection on 2 CPU cores). With autograd (training), :class:`_MaxPooledProjection`
+    does the same over the padded batch and keeps the positions of the maxima for its backward.
+    The bias is constant over positions, so it is added after the max. The head then returns
+    ``[batch, 1, |V|]`` masked maxima; a document without any unmasked position gets the dtype's
+    minimum (weight 0)."""
 
     def __init__(self, decoder: nn.Module, attention_mask: torch.Tensor, block: int, batched: bool | None = None):
         self.decoder, self.mask, self.block, self.batched = decoder, attention_mask.bool(), block, batched
@@ -61,10 +114,10 @@ class _MaxPooledDecoder:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         w, b = self.decoder.weight, self.decoder.bias
         V, blk = w.shape[0], self.block
-        # the projection's dtype, not x's: under autocast LayerNorm may hand over float32 (CUDA does)
-        # while the matmul runs in bf16 / fp16; the maxima and the padding fill are in that dtype
-        dt = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) \
-            and x.dtype.is_floating_point else torch.promote_types(x.dtype, w.dtype)
+        dt = _projection_dtype(x, w)
+        if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
+            out = _MaxPooledProjection.apply(x, w, self.mask, blk, dt)
+            return (out + b.to(dt) if b is not None else out).unsqueeze(1)
         low = torch.finfo(dt).min
         out = torch.full((x.shape[0], V), low, dtype=dt, device=x.device)
         if x.is_cuda if self.batched is None else self.batched:  # GPU: one big launch per block, whole batch
@@ -229,7 +282,7 @@ class SPLADECAI(EncoderMixin, PreTrainedModel):
             return self.bag_of_words(input_ids, attention_mask)
         decoder = self.mlm.get_output_embeddings()
         block = getattr(self.config, "pool_vocab_block", 0)
-        if block and isinstance(decoder, nn.Linear) and not torch.is_grad_enabled():  # out= has no autograd
+        if block and isinstance(decoder, nn.Linear):
             with _MaxPooledDecoder(decoder, attention_mask, block):
                 pooled = self.mlm(input_ids=input_ids, attention_mask=attention_mask).logits[:, 0]
             s = torch.log1p(torch.relu(pooled))  # Eq. 3 on [B, |V|] only
