@@ -52,7 +52,8 @@ def group_scores(q: torch.Tensor, d: torch.Tensor, scale: float = 1.0) -> torch.
         return scale * torch.einsum("bd,bgd->bg", q, d.view(B, -1, d.shape[-1]))
 
 
-def contrastive_loss(q: torch.Tensor, d: torch.Tensor, targets: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+def contrastive_loss(q: torch.Tensor, d: torch.Tensor, targets: torch.Tensor, scale: float = 1.0,
+                     doc_keys: torch.Tensor | None = None) -> torch.Tensor:
     """InfoNCE over in-batch and hard negatives (DPR, Karpukhin et al. 2020, Eq. 2).
 
     ``L = -log softmax(scale * q_i . D^T)[targets_i]``, mean over the batch.
@@ -63,9 +64,20 @@ def contrastive_loss(q: torch.Tensor, d: torch.Tensor, targets: torch.Tensor, sc
             processes, when gathered) is a negative for every query except its target.
         targets: ``[B]`` index of each query's positive in ``d``.
         scale: inverse temperature (1 for dot-product models, ~20 for cosine models).
+        doc_keys: ``[N]`` the identity of each document (:func:`hf_dr.data.collators.text_keys`).
+            A copy of a query's positive elsewhere in the batch is then no negative for it: left
+            out of its softmax. Such copies come from a query that has several training rows (k x m
+            rows per query: the same positive twice in a batch) or from two queries that share a
+            relevant document; as negatives they would push the positive's score down as hard as
+            its target pushes it up.
     """
     with full_precision(q, d) as (q, d):
-        return F.cross_entropy(scale * (q @ d.T), targets)
+        logits = scale * (q @ d.T)
+        if doc_keys is not None:
+            copy = doc_keys.unsqueeze(0) == doc_keys[targets].unsqueeze(1)
+            copy[torch.arange(len(targets), device=copy.device), targets] = False
+            logits = logits.masked_fill(copy, float("-inf"))
+        return F.cross_entropy(logits, targets)
 
 
 def margin_mse_loss(pos_scores: torch.Tensor, neg_scores: torch.Tensor,

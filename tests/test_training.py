@@ -23,6 +23,36 @@ def test_contrastive_loss_formula():
                                          torch.tensor([4.0])), torch.tensor(1.0))
 
 
+def test_a_copy_of_the_positive_is_no_negative():
+    """With doc_keys, a copy of a query's positive elsewhere in the batch (the same query's other
+    row, or another query's same relevant document) leaves its softmax: the loss is the one of
+    the batch without the copy; without doc_keys it is counted as a negative (the loss rises)."""
+    q = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    d = torch.tensor([[2.0, 0.0], [0.5, 0.5], [2.0, 0.0], [0.3, 0.1], [0.0, 2.0], [0.2, 0.2]])
+    t = torch.tensor([0, 2, 4])  # rows 0 and 1: the same query, the same positive (docs 0 and 2)
+    keys = torch.tensor([10, 11, 10, 12, 13, 14])
+    s = q @ d.T
+    keep = torch.ones_like(s, dtype=torch.bool)
+    keep[0, 2] = keep[1, 0] = False
+    want = torch.stack([-torch.log_softmax(s[i][keep[i]], 0)[int(keep[i][:t[i]].sum())] for i in range(3)]).mean()
+    got = contrastive_loss(q, d, t, doc_keys=keys)
+    assert torch.isclose(got, want)
+    assert contrastive_loss(q, d, t) > got + 0.3  # the copy as a negative: log 2 more for rows 0 and 1
+    g = d.clone().requires_grad_(True)
+    contrastive_loss(q, g, t, doc_keys=keys).backward()
+    assert torch.isfinite(g.grad).all()
+
+
+def test_collator_keys_say_which_documents_are_the_same(tiny_tokenizer):
+    from hf_dr.data.collators import text_keys
+
+    rows = [ROWS[0], ROWS[0], {**ROWS[1], "neg": [ROWS[0]["pos"]]}]
+    keys = RetrievalCollator(tiny_tokenizer, 16, 32)(rows)["doc_keys"].tolist()
+    assert keys[0] == keys[2] == keys[5] and len(set(keys)) == 3  # pos 0 three times; neg 0 twice; pos 1
+    laid_out = [ROWS[0]["pos"], ROWS[0]["neg"][0], ROWS[0]["pos"], ROWS[0]["neg"][0], ROWS[1]["pos"], ROWS[0]["pos"]]
+    assert keys == text_keys(laid_out).tolist()  # stable: the same keys in every process
+
+
 def test_collator_layout(tiny_tokenizer):
     batch = RetrievalCollator(tiny_tokenizer, 16, 32)(ROWS[:3])
     assert batch["query_input_ids"].shape[0] == 3 and batch["doc_input_ids"].shape[0] == 6

@@ -70,7 +70,8 @@ class BERMObjective:
         B = q.shape[0]
         group = d.shape[0] // B
         if self.base == "contrastive":
-            loss, logs = self._contrastive.loss_from_embeddings(q, d, scale=resolve_scale(self.scale, model))
+            loss, logs = self._contrastive.loss_from_embeddings(q, d, scale=resolve_scale(self.scale, model),
+                                                                doc_keys=inputs.get("doc_keys"))
         else:
             if "teacher_scores" not in inputs:
                 raise KeyError("base='distillation' needs teacher_scores in the batch (a 'scores' column)")

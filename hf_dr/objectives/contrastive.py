@@ -23,6 +23,16 @@ def all_gather_with_grad(t: torch.Tensor) -> torch.Tensor:
     return torch.cat(all_gather(t), dim=0)
 
 
+def all_gather_keys(t: torch.Tensor) -> torch.Tensor:
+    """Concatenate an integer tensor (the documents' keys) from every process along dim 0, in the
+    order of :func:`all_gather_with_grad`. Identity when not distributed."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return t
+    parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, t.contiguous())
+    return torch.cat(parts, dim=0)
+
+
 def _rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
@@ -49,21 +59,23 @@ class ContrastiveObjective:
 
     def __call__(self, model, inputs):
         q, d = embed_batch(model, inputs)
-        return self.loss_from_embeddings(q, d, scale=resolve_scale(self.scale, model))
+        return self.loss_from_embeddings(q, d, scale=resolve_scale(self.scale, model), doc_keys=inputs.get("doc_keys"))
 
-    def loss_from_embeddings(self, q, d, scale: float | None = None):
+    def loss_from_embeddings(self, q, d, scale: float | None = None, doc_keys: torch.Tensor | None = None):
         """The loss of already computed ``q [B, d]`` / ``d [B * group, d]`` (objectives that
         add terms on top of the contrastive loss, e.g. BERM, reuse it) at inverse temperature
-        ``scale`` (default: the objective's own, 1 when that is unset too)."""
+        ``scale`` (default: the objective's own, 1 when that is unset too). ``doc_keys`` (the
+        collator's): copies of a query's positive are not its negatives (:func:`contrastive_loss`)."""
         group = d.shape[0] // q.shape[0]
         if self.gather_across_processes:
             offset = _rank() * d.shape[0]
             d = all_gather_with_grad(d)
+            doc_keys = all_gather_keys(doc_keys.to(d.device)) if doc_keys is not None else None
         else:
             offset = 0
         targets = offset + torch.arange(q.shape[0], device=q.device) * group
         scale = scale if scale is not None else (self.scale if self.scale is not None else 1.0)
-        loss = contrastive_loss(q, d, targets, scale)
+        loss = contrastive_loss(q, d, targets, scale, doc_keys=doc_keys.to(d.device) if doc_keys is not None else None)
         return loss, {"contrastive_loss": loss.detach()}
 
 

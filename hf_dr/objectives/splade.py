@@ -66,7 +66,9 @@ class SpladeObjective:
                                    t[:, :1].expand(-1, m).reshape(-1), t[:, 1:].reshape(-1))
         else:
             targets = torch.arange(B, device=q.device) * group
-            rank = contrastive_loss(q, d, targets, resolve_scale(self.scale, model))
+            keys = inputs.get("doc_keys")
+            rank = contrastive_loss(q, d, targets, resolve_scale(self.scale, model),
+                                    doc_keys=keys.to(d.device) if keys is not None else None)
         w = self.weight()
         fq, fd = flops_loss(q), flops_loss(d)
         loss = rank + w * (self.lambda_q * fq + self.lambda_d * fd)
