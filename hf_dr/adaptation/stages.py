@@ -29,6 +29,10 @@ __all__ = ["STAGES", "METRICS", "Run", "Labels", "Trained", "Selection", "Evalua
 
 #: the stages in their order ("generate": queries for a corpus that has none, or --queries generate)
 STAGES = ("generate", "label", "train", "select", "evaluate", "write")
+#: in the train stage's cache key: raised when what a training run computes changes, so a work folder
+#: of before trains again (2: a copy of a query's positive is no in-batch negative; SPLADE's max-pooled
+#: projection in training)
+TRAINING_REVISION = 2
 METRICS = ("ndcg@10", "recall@100")
 
 
@@ -336,7 +340,7 @@ def train(run: Run, labels: Labels) -> Trained:
     params = {"method": cfg.method, "init": start_fp if init is student else model_fingerprint(init),
               "labels": label_key, "max_steps": cfg.max_steps, "batch_size": cfg.batch_size, "lr": cfg.learning_rate,
               "max_length": run.max_length, "eval_steps": eval_steps(cfg), "seed": cfg.seed, **dtype_key(cfg),
-              **method.train_key(cfg)}
+              "revision": TRAINING_REVISION, **method.train_key(cfg)}
     run_dir = run.work / f"train-{cfg.method}-{digest(params)}"
     done = run_dir / "DONE.json"
     cached = done.is_file()
