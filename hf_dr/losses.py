@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from .models.berm.modeling_berm import matching_representation
 
-__all__ = ["full_precision", "group_scores", "contrastive_loss", "margin_mse_loss", "kl_distillation_loss", "flops_loss", "ranknet_loss",
+__all__ = ["full_precision", "group_scores", "contrastive_loss", "in_batch_positives", "margin_mse_loss", "kl_distillation_loss", "flops_loss", "ranknet_loss",
            "unit_balance_loss", "unit_extract_loss"]
 
 
@@ -53,7 +53,7 @@ def group_scores(q: torch.Tensor, d: torch.Tensor, scale: float = 1.0) -> torch.
 
 
 def contrastive_loss(q: torch.Tensor, d: torch.Tensor, targets: torch.Tensor, scale: float = 1.0,
-                     doc_keys: torch.Tensor | None = None) -> torch.Tensor:
+                     exclude: torch.Tensor | None = None) -> torch.Tensor:
     """InfoNCE over in-batch and hard negatives (DPR, Karpukhin et al. 2020, Eq. 2).
 
     ``L = -log softmax(scale * q_i . D^T)[targets_i]``, mean over the batch.
@@ -64,20 +64,33 @@ def contrastive_loss(q: torch.Tensor, d: torch.Tensor, targets: torch.Tensor, sc
             processes, when gathered) is a negative for every query except its target.
         targets: ``[B]`` index of each query's positive in ``d``.
         scale: inverse temperature (1 for dot-product models, ~20 for cosine models).
-        doc_keys: ``[N]`` the identity of each document (:func:`hf_dr.data.collators.text_keys`).
-            A copy of a query's positive elsewhere in the batch is then no negative for it: left
-            out of its softmax. Such copies come from a query that has several training rows (k x m
-            rows per query: the same positive twice in a batch) or from two queries that share a
-            relevant document; as negatives they would push the positive's score down as hard as
-            its target pushes it up.
+        exclude: ``[B, N]`` bool, documents left out of a query's softmax (its targets never are):
+            the query's own positives elsewhere in the batch (:func:`in_batch_positives`).
     """
     with full_precision(q, d) as (q, d):
         logits = scale * (q @ d.T)
-        if doc_keys is not None:
-            copy = doc_keys.unsqueeze(0) == doc_keys[targets].unsqueeze(1)
-            copy[torch.arange(len(targets), device=copy.device), targets] = False
-            logits = logits.masked_fill(copy, float("-inf"))
+        if exclude is not None:
+            exclude = exclude.clone()
+            exclude[torch.arange(len(targets), device=exclude.device), targets] = False
+            logits = logits.masked_fill(exclude, float("-inf"))
         return F.cross_entropy(logits, targets)
+
+
+def in_batch_positives(doc_keys: torch.Tensor, query_keys: torch.Tensor, group: int, rows: slice) -> torch.Tensor:
+    """Which documents of a batch are positives of each query of ``rows``: ``[len(rows), N]`` bool.
+
+    ``doc_keys [N]`` and ``query_keys [R]`` say which texts are the same (the collator's
+    ``doc_keys`` / ``query_keys``, gathered like the embeddings); the batch holds ``R`` rows of
+    ``group`` documents, the row's positive first. A query's positives are the positives of every
+    row with the same query: with ``k x m`` rows per query a batch holds the same query more than
+    once, with its same or its other positives, and two queries can share a relevant document. As
+    in-batch negatives they would push down what the row's target pushes up, so
+    :func:`contrastive_loss` leaves them out (``exclude``)."""
+    pos_keys = doc_keys[::group]  # [R]: each row's positive
+    same_query = (query_keys[rows].unsqueeze(1) == query_keys.unsqueeze(0)).float()  # [B, R]
+    is_pos_of_row = (pos_keys.unsqueeze(1) == doc_keys.unsqueeze(0)).float()  # [R, N]
+    own = doc_keys.unsqueeze(0) == pos_keys[rows].unsqueeze(1)  # [B, N]: copies of the row's own positive
+    return (same_query @ is_pos_of_row > 0) | own
 
 
 def margin_mse_loss(pos_scores: torch.Tensor, neg_scores: torch.Tensor,

@@ -23,31 +23,60 @@ def test_contrastive_loss_formula():
                                          torch.tensor([4.0])), torch.tensor(1.0))
 
 
-def test_a_copy_of_the_positive_is_no_negative():
-    """With doc_keys, a copy of a query's positive elsewhere in the batch (the same query's other
-    row, or another query's same relevant document) leaves its softmax: the loss is the one of
-    the batch without the copy; without doc_keys it is counted as a negative (the loss rises)."""
-    q = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
-    d = torch.tensor([[2.0, 0.0], [0.5, 0.5], [2.0, 0.0], [0.3, 0.1], [0.0, 2.0], [0.2, 0.2]])
-    t = torch.tensor([0, 2, 4])  # rows 0 and 1: the same query, the same positive (docs 0 and 2)
-    keys = torch.tensor([10, 11, 10, 12, 13, 14])
+def test_a_querys_positives_are_not_its_in_batch_negatives():
+    """in_batch_positives + exclude: a query's positives elsewhere in the batch leave its softmax:
+    a copy of its own positive (the same query's other row, or another query sharing the document)
+    and the positive of another row of the same query (k > 1). The loss is then the one of the batch
+    without them; counted as negatives (no exclude), they raise it."""
+    from hf_dr.losses import in_batch_positives
+
+    q = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    d = torch.tensor([[2.0, 0.0], [0.5, 0.5], [2.0, 0.0], [0.3, 0.1], [0.0, 2.0], [0.2, 0.2], [1.5, 0.1], [0.1, 0.1]])
+    t = torch.tensor([0, 2, 4, 6])
+    query_keys = torch.tensor([1, 1, 2, 1])  # rows 0, 1, 3: one query; row 1 repeats row 0's positive
+    doc_keys = torch.tensor([10, 11, 10, 12, 13, 14, 15, 16])  # row 3: another positive of that query
+    exclude = in_batch_positives(doc_keys, query_keys, 2, slice(0, 4))
+    want_excluded = {(0, 2), (0, 6), (1, 0), (1, 6), (3, 0), (3, 2), (0, 0), (1, 2), (3, 6)}
+    assert {tuple(x) for x in exclude.nonzero().tolist()} == want_excluded | {(2, 4)}  # targets included
     s = q @ d.T
-    keep = torch.ones_like(s, dtype=torch.bool)
-    keep[0, 2] = keep[1, 0] = False
-    want = torch.stack([-torch.log_softmax(s[i][keep[i]], 0)[int(keep[i][:t[i]].sum())] for i in range(3)]).mean()
-    got = contrastive_loss(q, d, t, doc_keys=keys)
+    keep = ~exclude
+    keep[torch.arange(4), t] = True
+    want = torch.stack([-torch.log_softmax(s[i][keep[i]], 0)[int(keep[i][:t[i]].sum())] for i in range(4)]).mean()
+    got = contrastive_loss(q, d, t, exclude=exclude)
     assert torch.isclose(got, want)
-    assert contrastive_loss(q, d, t) > got + 0.3  # the copy as a negative: log 2 more for rows 0 and 1
+    assert contrastive_loss(q, d, t) > got + 0.3
     g = d.clone().requires_grad_(True)
-    contrastive_loss(q, g, t, doc_keys=keys).backward()
+    contrastive_loss(q, g, t, exclude=exclude).backward()
     assert torch.isfinite(g.grad).all()
+    # another process's rows (gathered): rows 2-3 of the same batch seen from the second process
+    assert torch.equal(in_batch_positives(doc_keys, query_keys, 2, slice(2, 4)), exclude[2:])
+
+
+def test_contrastive_objective_reads_the_batch_keys(tiny_bert_dir):
+    """ContrastiveObjective on a batch where a query repeats: its loss equals the loss computed with
+    the repeated positive left out by hand, and is lower than with the keys dropped."""
+    enc = DenseEncoder.from_pretrained(tiny_bert_dir)
+    enc.eval()
+    batch = RetrievalCollator(enc.tokenizer, 16, 32)([ROWS[0], ROWS[1], {**ROWS[0], "neg": ["something else"]}])
+    obj = ContrastiveObjective(scale=20.0)
+    loss, _ = obj(enc, batch)
+    no_keys, _ = obj(enc, {k: v for k, v in batch.items() if k not in ("doc_keys", "query_keys")})
+    q = enc(batch["query_input_ids"], batch["query_attention_mask"], is_query=True)
+    d = enc(batch["doc_input_ids"], batch["doc_attention_mask"])
+    exclude = torch.zeros(3, 6, dtype=torch.bool)
+    exclude[0, 4] = exclude[2, 0] = True  # rows 0 and 2: the same query and positive
+    assert torch.isclose(loss, contrastive_loss(q, d, torch.tensor([0, 2, 4]), 20.0, exclude=exclude), atol=1e-5)
+    assert no_keys > loss
 
 
 def test_collator_keys_say_which_documents_are_the_same(tiny_tokenizer):
     from hf_dr.data.collators import text_keys
 
     rows = [ROWS[0], ROWS[0], {**ROWS[1], "neg": [ROWS[0]["pos"]]}]
-    keys = RetrievalCollator(tiny_tokenizer, 16, 32)(rows)["doc_keys"].tolist()
+    batch = RetrievalCollator(tiny_tokenizer, 16, 32)(rows)
+    keys = batch["doc_keys"].tolist()
+    qk = batch["query_keys"].tolist()
+    assert qk[0] == qk[1] != qk[2]
     assert keys[0] == keys[2] == keys[5] and len(set(keys)) == 3  # pos 0 three times; neg 0 twice; pos 1
     laid_out = [ROWS[0]["pos"], ROWS[0]["neg"][0], ROWS[0]["pos"], ROWS[0]["neg"][0], ROWS[1]["pos"], ROWS[0]["pos"]]
     assert keys == text_keys(laid_out).tolist()  # stable: the same keys in every process

@@ -13,7 +13,7 @@ __all__ = ["RetrievalCollator", "UnitCollator", "text_keys"]
 
 def text_keys(texts: Sequence[str]) -> torch.Tensor:
     """A stable 63-bit key of each text (blake2b, the same in every process, unlike ``hash``):
-    which documents of a batch are the same document (:func:`hf_dr.losses.contrastive_loss`)."""
+    which queries and documents of a batch are the same (:func:`hf_dr.losses.in_batch_positives`)."""
     return torch.tensor([int.from_bytes(hashlib.blake2b(t.encode("utf-8"), digest_size=8).digest(), "little") >> 1
                          for t in texts], dtype=torch.long)
 
@@ -26,9 +26,10 @@ class RetrievalCollator:
     str: hard negatives) and ``scores`` (``[1 + m]`` teacher scores, positive first).
     Output keys: ``query_input_ids``, ``query_attention_mask`` ``[B, Lq]``;
     ``doc_input_ids``, ``doc_attention_mask`` ``[B * (1 + m), Ld]`` laid out
-    ``[pos_0, neg_0_1..neg_0_m, pos_1, ...]``; ``doc_keys`` ``[B * (1 + m)]``, which of them are the
-    same text (:func:`text_keys`: the contrastive losses do not treat a copy of a query's positive
-    as its negative); ``teacher_scores`` ``[B, 1 + m]`` when given.
+    ``[pos_0, neg_0_1..neg_0_m, pos_1, ...]``; ``query_keys`` ``[B]`` and ``doc_keys``
+    ``[B * (1 + m)]``, which queries and documents are the same text (:func:`text_keys`: the
+    contrastive losses do not treat a query's positives as its in-batch negatives,
+    :func:`hf_dr.losses.in_batch_positives`); ``teacher_scores`` ``[B, 1 + m]`` when given.
     ``query_prefix`` / ``doc_prefix``: the model's prompts, prepended as its encodings prepend them
     (:meth:`for_model`).
     """
@@ -74,7 +75,7 @@ class RetrievalCollator:
         d = self.tokenizer(docs, padding=True, truncation=True, max_length=self.doc_max_length, return_tensors="pt")
         batch = {"query_input_ids": q["input_ids"], "query_attention_mask": q["attention_mask"],
                  "doc_input_ids": d["input_ids"], "doc_attention_mask": d["attention_mask"],
-                 "doc_keys": text_keys(docs)}
+                 "query_keys": text_keys(queries), "doc_keys": text_keys(docs)}
         if scores:
             if len(scores) != len(rows):
                 raise ValueError("teacher scores are given for some rows but not all")

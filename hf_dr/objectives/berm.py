@@ -71,7 +71,7 @@ class BERMObjective:
         group = d.shape[0] // B
         if self.base == "contrastive":
             loss, logs = self._contrastive.loss_from_embeddings(q, d, scale=resolve_scale(self.scale, model),
-                                                                doc_keys=inputs.get("doc_keys"))
+                                                                inputs=inputs)
         else:
             if "teacher_scores" not in inputs:
                 raise KeyError("base='distillation' needs teacher_scores in the batch (a 'scores' column)")

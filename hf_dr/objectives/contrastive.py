@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 
 from ..encoding import embed
-from ..losses import contrastive_loss, group_scores, margin_mse_loss
+from ..losses import contrastive_loss, group_scores, in_batch_positives, margin_mse_loss
 from .scale import resolve_scale
 
 
@@ -59,24 +59,35 @@ class ContrastiveObjective:
 
     def __call__(self, model, inputs):
         q, d = embed_batch(model, inputs)
-        return self.loss_from_embeddings(q, d, scale=resolve_scale(self.scale, model), doc_keys=inputs.get("doc_keys"))
+        return self.loss_from_embeddings(q, d, scale=resolve_scale(self.scale, model), inputs=inputs)
 
-    def loss_from_embeddings(self, q, d, scale: float | None = None, doc_keys: torch.Tensor | None = None):
+    def loss_from_embeddings(self, q, d, scale: float | None = None, inputs: dict | None = None):
         """The loss of already computed ``q [B, d]`` / ``d [B * group, d]`` (objectives that
         add terms on top of the contrastive loss, e.g. BERM, reuse it) at inverse temperature
-        ``scale`` (default: the objective's own, 1 when that is unset too). ``doc_keys`` (the
-        collator's): copies of a query's positive are not its negatives (:func:`contrastive_loss`)."""
-        group = d.shape[0] // q.shape[0]
-        if self.gather_across_processes:
-            offset = _rank() * d.shape[0]
+        ``scale`` (default: the objective's own, 1 when that is unset too). With the batch's
+        ``inputs`` (its ``doc_keys`` / ``query_keys``), a query's positives elsewhere in the batch
+        are not its negatives (:func:`~hf_dr.losses.in_batch_positives`)."""
+        B, group = q.shape[0], d.shape[0] // q.shape[0]
+        gather = self.gather_across_processes
+        offset = _rank() * d.shape[0] if gather else 0
+        if gather:
             d = all_gather_with_grad(d)
-            doc_keys = all_gather_keys(doc_keys.to(d.device)) if doc_keys is not None else None
-        else:
-            offset = 0
-        targets = offset + torch.arange(q.shape[0], device=q.device) * group
+        targets = offset + torch.arange(B, device=q.device) * group
         scale = scale if scale is not None else (self.scale if self.scale is not None else 1.0)
-        loss = contrastive_loss(q, d, targets, scale, doc_keys=doc_keys.to(d.device) if doc_keys is not None else None)
+        loss = contrastive_loss(q, d, targets, scale, exclude=positives_in_batch(inputs, B, group, offset, gather))
         return loss, {"contrastive_loss": loss.detach()}
+
+
+def positives_in_batch(inputs: dict | None, B: int, group: int, offset: int = 0, gather: bool = False):
+    """``exclude`` for :func:`~hf_dr.losses.contrastive_loss` from a collated batch's keys (gathered
+    across processes as the documents are), or ``None`` when the batch has none."""
+    if not inputs or "doc_keys" not in inputs or "query_keys" not in inputs:
+        return None
+    dk, qk = inputs["doc_keys"], inputs["query_keys"]
+    if gather:
+        dk, qk = all_gather_keys(dk), all_gather_keys(qk)
+    first = offset // group
+    return in_batch_positives(dk, qk, group, slice(first, first + B))
 
 
 @dataclass

@@ -10,6 +10,7 @@ from transformers import TrainerCallback
 
 from ..encoding import embed
 from ..losses import contrastive_loss, flops_loss, group_scores, margin_mse_loss
+from .contrastive import positives_in_batch
 from .scale import resolve_scale
 
 __all__ = ["SpladeObjective", "FlopsWarmupCallback"]
@@ -66,9 +67,8 @@ class SpladeObjective:
                                    t[:, :1].expand(-1, m).reshape(-1), t[:, 1:].reshape(-1))
         else:
             targets = torch.arange(B, device=q.device) * group
-            keys = inputs.get("doc_keys")
             rank = contrastive_loss(q, d, targets, resolve_scale(self.scale, model),
-                                    doc_keys=keys.to(d.device) if keys is not None else None)
+                                    exclude=positives_in_batch(inputs, B, group))
         w = self.weight()
         fq, fd = flops_loss(q), flops_loss(d)
         loss = rank + w * (self.lambda_q * fq + self.lambda_d * fd)
