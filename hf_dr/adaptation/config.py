@@ -11,8 +11,8 @@ __all__ = ["AdaptConfig", "AdaptError", "CONFIG_FIELDS", "FALLBACKS", "default_w
            "EVAL_FLOOR", "MAX_EVALUATIONS", "generates_queries", "fills_queries", "default_num_queries",
            "dtype_name", "dtype_key", "training_precision"]
 
-#: what a method leaves unset when it has no value of its own (cai's chain, when asked for)
-FALLBACKS = {"mlm_steps": 1000, "expand_vocabulary": True}
+#: what a method leaves unset when it has no value of its own (cai's chain, when asked for; the batch)
+FALLBACKS = {"mlm_steps": 1000, "expand_vocabulary": True, "batch_size": 8}
 #: the configuration fields a benchmark row records (everything that changes the result)
 CONFIG_FIELDS = ("max_steps", "batch_size", "learning_rate", "max_length", "eval_steps", "dev_queries", "negatives",
                  "k", "m", "bm25_top", "teacher", "mlm_steps", "expand_vocabulary", "delta_v", "margin_scale", "seed",
@@ -34,7 +34,7 @@ class AdaptConfig:
     split: str = "train"
     kind: str = "auto"  # how to read ``model``: auto | dense | sparse (an MLM checkpoint as SPLADE)
     max_steps: int | None = None  # None: the method's default (Method.defaults)
-    batch_size: int = 8
+    batch_size: int | None = None  # None: the method's default (8 unless it has its own)
     learning_rate: float | None = None  # None: the method's default
     max_length: int | None = None
     eval_steps: int | None = None

@@ -20,6 +20,13 @@ def _defaults(field: str) -> str:
     return ", ".join(f"{m} {v[field]:g}" for m, v in METHOD_DEFAULTS.items() if field in v)
 
 
+def _own_batches() -> str:
+    from ..adaptation.pipeline import METHOD_DEFAULTS
+
+    own = ", ".join(f"{m} {v['batch_size']}" for m, v in METHOD_DEFAULTS.items() if "batch_size" in v)
+    return f"; {own}" if own else ""
+
+
 def register(sub) -> None:
     import argparse
 
@@ -60,7 +67,8 @@ def register(sub) -> None:
     p.add_argument("--max-steps", type=positive_int, default=None,
                    help=f"training steps (default per method, its measured row: {_defaults('max_steps')}; "
                         "the papers: 10000 on a GPU)")
-    p.add_argument("--batch-size", type=positive_int, default=8)
+    p.add_argument("--batch-size", type=positive_int, default=None,
+                   help=f"training rows per step (default per method, its measured row: 8{_own_batches()})")
     p.add_argument("--learning-rate", type=finite_float, default=None,
                    help=f"default per method, its measured row: {_defaults('learning_rate')} (DoDress's paper: "
                         "2e-6 for 10k steps)")
