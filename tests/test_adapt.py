@@ -156,8 +156,11 @@ def test_rerun_reuses_labels_and_training(first_run, split_data, tiny_bert_dir, 
     assert rc == 0, text
     assert "label: cached" in text and "train: 2 steps" in text
     assert json.loads((out / "metrics.json").read_text())["budget"]["steps"] == 2
+    first = json.loads((out / "metrics.json").read_text())
     rc, text, _ = _adapt(capsys, *base, *FAST[:1], "2", *FAST[2:])  # nothing changed
     assert rc == 0 and "label: cached" in text and "train: cached" in text
+    again = json.loads((out / "metrics.json").read_text())  # the cached run's verdict: the same numbers
+    assert again["verdict_sentence"] == first["verdict_sentence"] and "n/a" not in again["verdict_sentence"], again
 
 
 def test_killed_training_resumes(split_data, tiny_bert_dir, tmp_path, capsys, monkeypatch):

@@ -491,7 +491,8 @@ def select(run: Run, labels: Labels, trained: Trained) -> Selection:
         for c in run_dir.glob("checkpoint-*"):  # the selected weights are saved: checkpoints are not needed
             shutil.rmtree(c, ignore_errors=True)
     # the verdict: the output against the starting model
-    pseudo_steps = record.get("dev_pseudo") or ({} if judged else record["dev"])
+    # int steps: a cached record comes back from DONE.json with str keys
+    pseudo_steps = {int(k): v for k, v in (record.get("dev_pseudo") or ({} if judged else record["dev"])).items()}
     start_pseudo = trained.start_scores.get("pseudo_ndcg@10", dev0 if not judged else None)
     pseudo = {"start": start_pseudo, "selected": start_pseudo if kept_start else pseudo_steps.get(step),
               "steps": {"0": start_pseudo, **{str(k): v for k, v in pseudo_steps.items()}}}
