@@ -244,7 +244,7 @@ def main() -> int:
                  "command": shown, "machine": machine(), "metrics": {k: round(v, 4) for k, v in m["before"].items()
                                                                      if k in ("ndcg@10", "recall@100")}},
                 {"table": "adapt", "dataset": dataset, "row": spec,
-                 "system": f"{NAMES[student]} + hf-dr adapt --method {method} ({budget}; "
+                 "system": f"{NAMES[student]} + hf-dr adapt --method {method}{', no flags' * defaults} ({budget}; "
                            f"{'judged' if m.get('selection_on') == 'judged' else 'pseudo'}-dev picked step "
                            f"{m['selected_step']}" + ("" if m.get("starting_model_is_candidate", True)
                                                       else ", step 0 no candidate") + ")",

@@ -70,8 +70,8 @@ def contrastive_loss(q: torch.Tensor, d: torch.Tensor, targets: torch.Tensor, sc
     with full_precision(q, d) as (q, d):
         logits = scale * (q @ d.T)
         if exclude is not None:
-            exclude = exclude.clone()
-            exclude[torch.arange(len(targets), device=exclude.device), targets] = False
+            exclude = exclude.to(logits.device, copy=True)
+            exclude[torch.arange(len(targets), device=exclude.device), targets.to(exclude.device)] = False
             logits = logits.masked_fill(exclude, float("-inf"))
         return F.cross_entropy(logits, targets)
 
