@@ -79,29 +79,26 @@ def compare_splade_training(a, data, texts) -> dict:
         targets = torch.arange(q.shape[0]) * (d.shape[0] // q.shape[0])
         return contrastive_loss(q, d, targets) + 0.0006 * flops_loss(q) + 0.0008 * flops_loss(d)
 
-    def ours_step(x, opt):
-        q = ours(x["query_input_ids"], x["query_attention_mask"], is_query=True)
-        d = ours(x["doc_input_ids"], x["doc_attention_mask"])
-        return q, d
+    def ours_embed(ids, mask, is_query):
+        return ours(ids, mask, is_query=is_query)
 
-    def st_step(x, opt):
-        def emb(ids, mask):
-            return st({"input_ids": ids, "attention_mask": mask})["sentence_embedding"]
-        return emb(x["query_input_ids"], x["query_attention_mask"]), emb(x["doc_input_ids"], x["doc_attention_mask"])
+    def st_embed(ids, mask, is_query):
+        return st({"input_ids": ids, "attention_mask": mask})["sentence_embedding"]
 
-    def runner(model, step):
+    def runner(model, embed):
         model.train()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
 
         def run(batches):
             for x in batches:
-                q, d = step(x, opt)
+                q = embed(x["query_input_ids"], x["query_attention_mask"], True)
+                d = embed(x["doc_input_ids"], x["doc_attention_mask"], False)
                 loss_of(q, d).backward()
                 opt.step()
                 opt.zero_grad(set_to_none=True)
         return run
 
-    run_ours, run_st = runner(ours, ours_step), runner(st, st_step)
+    run_ours, run_st = runner(ours, ours_embed), runner(st, st_embed)
     run_ours(enc[:1])
     run_st(enc[:1])
     t_ours, t_st = [], []

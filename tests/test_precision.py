@@ -121,8 +121,8 @@ def test_splade_encode_dtype_flag_autocasts_on_cpu(splade_tiny, dtype):
 
 
 def test_splade_pool_in_half_precision():
-    """The training path (``splade_pool`` over [B, L, |V|] logits) in bf16 / fp16: padding masked
-    with the dtype's own minimum, no overflow, and equal to the float32 pooling."""
+    """The dense pooling (``splade_pool`` over [B, L, |V|] logits, ``pool_vocab_block=0``) in bf16 /
+    fp16: padding masked with the dtype's own minimum, no overflow, and equal to the float32 pooling."""
     from hf_dr.models.splade.modeling_splade import splade_pool
 
     g = torch.Generator().manual_seed(0)
@@ -135,6 +135,50 @@ def test_splade_pool_in_half_precision():
         out = splade_pool(logits.to(dt).requires_grad_(), mask)
         assert out.dtype == dt and torch.isfinite(out).all()
         torch.testing.assert_close(out.float(), ref, atol=0.05, rtol=0.02)
+
+
+#: cosine of a 16-bit gradient with the fp32 one (the dense path's own: bf16 0.98-0.99, fp16 0.99999)
+GRAD_COSINE = {torch.bfloat16: 0.95, torch.float16: 0.999}
+
+
+@pytest.mark.parametrize("cuda_policy", [True, False], ids=["cuda-layernorm", "cpu-layernorm"])
+@pytest.mark.parametrize("dtype", HALF, ids=["bf16", "fp16"])
+def test_splade_training_projection_under_autocast(splade_tiny, dtype, cuda_policy):
+    """The training path (the max-pooled projection with autograd) under bf16 / fp16 autocast, with
+    LayerNorm handing over float32 as CUDA's autocast does or not: the fp32 term weights within
+    SPLADE_TOL; float32, finite gradients pointing the fp32 gradients' way; and the same vectors and
+    gradients as the dense projection (``pool_vocab_block=0``) in the same precision."""
+    m = splade_tiny
+    enc = m.tokenizer(DOCS[:4], padding=True, truncation=True, max_length=64, return_tensors="pt")
+    emb = m.get_input_embeddings().weight
+    old = m.config.pool_vocab_block
+
+    def run(ctx, block):
+        m.config.pool_vocab_block = block
+        m.zero_grad(set_to_none=True)
+        with ctx:
+            out = m(enc["input_ids"], enc["attention_mask"])
+        (out.float() * torch.linspace(0.5, 1.5, out.shape[-1])).sum().backward()
+        return out.detach().float(), emb.grad.clone()
+
+    def half():
+        return torch.autocast("cpu", dtype=dtype)
+
+    try:
+        ref, g_ref = run(contextlib.nullcontext(), old)
+        with cuda_layer_norm_policy() if cuda_policy else contextlib.nullcontext():
+            out, g = run(half(), old)
+            dense, g_dense = run(half(), 0)
+    finally:
+        m.config.pool_vocab_block = old
+        m.zero_grad(set_to_none=True)
+    cos = torch.nn.functional.cosine_similarity
+    atol, _ = SPLADE_TOL[dtype]
+    assert torch.isfinite(out).all() and (out - ref).abs().max() <= atol, (out - ref).abs().max()
+    assert g.dtype == torch.float32 and torch.isfinite(g).all()
+    assert cos(g.flatten(), g_ref.flatten(), dim=0) > GRAD_COSINE[dtype]
+    assert (out - dense).abs().max() <= 1e-2 * dense.abs().max()
+    assert cos(g.flatten(), g_dense.flatten(), dim=0) > 0.999
 
 
 # ----------------------------------------------------------------------------- dense encoding

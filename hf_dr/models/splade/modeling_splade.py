@@ -51,6 +51,20 @@ def _projection_dtype(x: torch.Tensor, w: torch.Tensor) -> torch.dtype:
     return torch.promote_types(x.dtype, w.dtype)
 
 
+def _blocked_max(x: torch.Tensor, w: torch.Tensor, pad: torch.Tensor, block: int, out: torch.Tensor,
+                 idx: torch.Tensor | None = None) -> None:
+    """``out[:, s:s+block] = max over positions of x @ w[s:s+block].T`` for the whole padded batch
+    (``pad`` ``[B, L, 1]``: True where masked), one vocabulary block at a time, in ``out``'s dtype;
+    with ``idx``, the positions of the maxima too."""
+    low = torch.finfo(out.dtype).min
+    for s in range(0, w.shape[0], block):
+        lg = torch.matmul(x, w[s:s + block].to(out.dtype).t()).masked_fill_(pad, low)
+        if idx is None:
+            torch.amax(lg, dim=1, out=out[:, s:s + block])
+        else:
+            torch.max(lg, dim=1, out=(out[:, s:s + block], idx[:, s:s + block]))
+
+
 class _MaxPooledProjection(torch.autograd.Function):
     """``max over the unmasked positions of x @ w.T`` (``[B, L, H]`` x ``[V, H]`` -> ``[B, V]``) for
     training, without the ``[B, L, |V|]`` logits: the forward projects ``block`` vocabulary rows at
@@ -63,14 +77,10 @@ class _MaxPooledProjection(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, mask, block: int, dt):
         B, V = x.shape[0], w.shape[0]
-        low = torch.finfo(dt).min
         out = torch.empty(B, V, dtype=dt, device=x.device)
         idx = torch.empty(B, V, dtype=torch.long, device=x.device)
-        pad, xd = ~mask.unsqueeze(-1), x.to(dt)
         with torch.autocast(x.device.type, enabled=False):
-            for s in range(0, V, block):
-                lg = torch.matmul(xd, w[s:s + block].to(dt).t()).masked_fill_(pad, low)
-                torch.max(lg, dim=1, out=(out[:, s:s + block], idx[:, s:s + block]))
+            _blocked_max(x.to(dt), w, ~mask.unsqueeze(-1), block, out, idx)
         ctx.save_for_backward(x, w, idx)
         ctx.block = block
         return out
@@ -121,10 +131,7 @@ class _MaxPooledDecoder:
         low = torch.finfo(dt).min
         out = torch.full((x.shape[0], V), low, dtype=dt, device=x.device)
         if x.is_cuda if self.batched is None else self.batched:  # GPU: one big launch per block, whole batch
-            pad = ~self.mask.unsqueeze(-1)
-            for s in range(0, V, blk):
-                lg = torch.matmul(x, w[s:s + blk].t()).masked_fill_(pad, low)
-                torch.amax(lg, dim=1, out=out[:, s:s + blk])
+            _blocked_max(x, w, ~self.mask.unsqueeze(-1), blk, out)
         else:
             for i in range(x.shape[0]):
                 xi = x[i][self.mask[i]]
