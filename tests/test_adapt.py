@@ -400,7 +400,8 @@ def test_cai_without_mlm_trains_without_idf_and_outputs_with_it(first_run, split
                            "--no-vocabulary")
     assert rc == 0, err
     assert "cai: IDF on the target corpus" in text and "continual MLM" not in text
-    assert seen and set(seen) == {(False, False, 0.0006, 0.0008)}
+    # the paper's FLOPS weights (0.0006 / 0.0008 at batch 32), scaled to this run's batch of 4
+    assert seen and all(s == (False, False, pytest.approx(0.0006 / 8), pytest.approx(0.0008 / 8)) for s in seen)
 
     # the trained weights chosen on the dev set, as the method outputs them (OUT/model when they beat step 0)
     selected, = (tmp_path / ".out.work").glob("train-cai-*/selected")
@@ -409,6 +410,29 @@ def test_cai_without_mlm_trains_without_idf_and_outputs_with_it(first_run, split
     m = json.loads((out / "metrics.json").read_text())
     assert m["cai"]["mlm_steps"] == 0 and m["cai"]["idf"]
     assert SPLADECAI.from_pretrained(out / "model").config.use_idf == (not m["kept_starting_model"])
+
+
+def test_cai_flops_weights_follow_the_batch():
+    """FLOPS on a batch estimates sum_j mu_j^2 + sigma_j^2 / B: the paper's weights were set at batch
+    32, so a batch of B gets them times B / 32 (and a run at another batch another training key)."""
+    import torch
+
+    from hf_dr.adaptation.config import AdaptConfig
+    from hf_dr.adaptation.methods.cai import PAPER_FLOPS, SpladeCAI, flops_weights
+    from hf_dr.losses import flops_loss
+
+    assert flops_weights(32) == PAPER_FLOPS == (0.0006, 0.0008)
+    assert flops_weights(8) == pytest.approx((0.00015, 0.0002))
+    cfg = lambda b: AdaptConfig(data="d", model="m", method="cai", output="o", batch_size=b, max_steps=30)  # noqa: E731
+    assert SpladeCAI().train_key(cfg(8)) != SpladeCAI().train_key(cfg(32))
+    obj = SpladeCAI().objective(cfg(8), None, None).objective
+    assert (obj.lambda_q, obj.lambda_d, obj.warmup_steps) == (pytest.approx(0.00015), pytest.approx(0.0002), 10)
+    # the premise: for terms active in few documents, a small batch's FLOPS is larger by about 32 / B
+    g = torch.Generator().manual_seed(0)
+    reps = torch.rand(4096, 2000, generator=g) * (torch.rand(4096, 2000, generator=g) < 0.01)
+    small = torch.stack([flops_loss(b) for b in reps.split(8)]).mean()
+    large = torch.stack([flops_loss(b) for b in reps.split(32)]).mean()
+    assert 3.0 < float(small / large) < 4.0
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "big"])
