@@ -109,7 +109,7 @@ class SpladeCAI(TripletMethod):
         return model
 
     def budget(self, cfg, record: dict) -> dict:
-        return {"mlm_steps": cfg.mlm_steps}
+        return {"mlm_steps": cfg.mlm_steps, "flops_weights": list(flops_weights(cfg.batch_size))}
 
     def report(self, cfg, student, prepared: Prepared) -> dict | None:
         return prepared.report or None
