@@ -99,8 +99,7 @@ class SpladeCAI(TripletMethod):
         # lr 1e-4: 263 -> 174 active dimensions in 100 steps, dev nDCG@10 down). Documents without IDF
         # while training.
         lq, ld = flops_weights(cfg.batch_size)
-        return TrainingSetup(SpladeObjective(lambda_q=lq, lambda_d=ld, warmup_steps=max(1, cfg.max_steps // 3)),
-                             record={"flops_weights": [lq, ld]})
+        return TrainingSetup(SpladeObjective(lambda_q=lq, lambda_d=ld, warmup_steps=max(1, cfg.max_steps // 3)))
 
     def as_output(self, cfg, model):
         """IDF document weighting on (papers/003 Eq. 7, fitted on the target corpus before training and
