@@ -91,3 +91,25 @@ else:
     env["HF_MODULES_CACHE"] = str(Path(cwd) / "hf_modules")
     return subprocess.run([sys.executable, "-c", prelude + script], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
+
+
+# The fast run and the full run: `python -m pytest` leaves out every test that carries one of these
+# markers (declared in pyproject.toml); `python -m pytest --full` (what .ci/run runs) keeps them all.
+# An explicit `-m EXPR` selects as pytest always does.
+FULL_ONLY = ("shared", "pipeline", "cli", "spawn", "browser", "qdrant", "slow")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--full", action="store_true",
+                     help="run every test, including those marked " + ", ".join(FULL_ONLY))
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--full") or config.getoption("markexpr"):
+        return
+    keep, drop = [], []
+    for item in items:
+        (drop if any(item.get_closest_marker(m) for m in FULL_ONLY) else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
