@@ -278,8 +278,54 @@ def test_ddr_card_says_sentence_transformers_cannot_load_it(tiny_bert_dir, tmp_p
     m.save_dam(tmp_path / "dam")
     m.save_rem(tmp_path / "model", dam_name_or_path=str(tmp_path / "dam"))
     out = _push(tmp_path)
-    assert not (out / "modules.json").exists()
+    assert sentence_transformers_class(out) is None  # no Sentence Transformers snippet on the card
     assert "Sentence Transformers cannot load this model" in (out / "README.md").read_text()
+
+
+# ------------------------------------------------------------- a save_pretrained folder, as saved
+# The folder that ``save_pretrained`` writes (no ``hf-dr push``) loads where its format says it does.
+def test_dense_save_pretrained_folder_loads_in_sentence_transformers(tiny_bert_dir, tmp_path):
+    model = _e5_dense(tiny_bert_dir, tmp_path, similarity="cosine", pooling="cls")
+    assert_st_matches(tmp_path / "model", model)
+
+
+@pytest.mark.parametrize("similarity,pooling", [("dot", "cls"), ("cos", "mean")])
+def test_berm_save_pretrained_folder_loads_in_sentence_transformers(similarity, pooling, tiny_bert_dir, tmp_path):
+    model = _berm(tiny_bert_dir, tmp_path, similarity, pooling)
+    assert_st_matches(tmp_path / "model", model)
+    # a second save into the same folder (a Trainer checkpoint overwritten) still loads
+    model.save_pretrained(tmp_path / "model")
+    assert_st_matches(tmp_path / "model", model)
+
+
+@pytest.mark.parametrize("use_idf", [True, False])
+def test_splade_save_pretrained_folder_loads_in_sparse_encoder(use_idf, tiny_bert_dir, tmp_path):
+    model = _splade(tiny_bert_dir, tmp_path, use_idf=use_idf)
+    assert sentence_transformers_class(tmp_path / "model")[0] == "SparseEncoder"
+    assert_st_matches(tmp_path / "model", model)
+
+
+def test_a_folder_sentence_transformers_cannot_express_fails_with_one_sentence(tiny_bert_dir, tmp_path):
+    """A DDR REM: ``SentenceTransformer(folder)`` raises one sentence of hf-dr's, never an error from
+    inside another library; without ``trust_remote_code`` Sentence Transformers asks for it first."""
+    from sentence_transformers import SentenceTransformer
+
+    from hf_dr.models.ddr import DDRModel
+    from hf_dr.models.st_folder import unsupported_reason
+
+    m = DDRModel.from_backbone(str(tiny_bert_dir), lora_rank=4, max_doc_length=32, max_query_length=16)
+    m.save_pretrained(tmp_path / "ddr")
+    why = unsupported_reason(tmp_path / "ddr")
+    assert why and why.startswith("Sentence Transformers cannot load the model in this folder: a DDR REM")
+    with pytest.raises(ValueError) as e:
+        SentenceTransformer(str(tmp_path / "ddr"), trust_remote_code=True, device="cpu")
+    assert str(e.value) == why
+    with pytest.raises(ValueError, match="trust_remote_code=True"):
+        SentenceTransformer(str(tmp_path / "ddr"), device="cpu")
+    # the folder still loads with hf-dr
+    from hf_dr.models import load_encoder
+
+    assert type(load_encoder(str(tmp_path / "ddr"))).__name__ == "DDRModel"
 
 
 def test_the_warning_check_sees_transformers_load_report(tiny_bert_dir, tmp_path):

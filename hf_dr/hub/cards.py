@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..io import read_json
 from .errors import HubError
+from ..models.ddr.modeling_ddr import ST_UNSUPPORTED_REASON as _DDR_UNSUPPORTED
 from .paths import hub_id
 
 if TYPE_CHECKING:
@@ -197,9 +198,7 @@ _SIMILARITY_NAMES = {"dot": "dot product", "cosine": "cosine similarity"}
 
 #: why Sentence Transformers cannot load a kind at all (the card says so instead of a snippet)
 ST_UNSUPPORTED = {
-    "ddr_rem": "a DDR REM is LoRA and / or parallel adapters inside the layers of a DAM's backbone, which no "
-               "Sentence Transformers module (nor a transformers architecture) expresses; load it with "
-               "`AutoModel.from_pretrained(..., trust_remote_code=True)` or hf-dr",
+    "ddr_rem": _DDR_UNSUPPORTED + "; load it with `AutoModel.from_pretrained(..., trust_remote_code=True)` or hf-dr",
 }
 
 

@@ -198,6 +198,7 @@ class DenseEncoder(nn.Module, EncoderMixin):
         (save_directory / _CONFIG_NAME).write_text(json.dumps(
             {"pooling": self.pooling, "normalize": self.normalize, "max_length": self.max_doc_length,
              "max_query_length": self.max_query_length, **self._st_config()}, indent=1))
+        self.save_sentence_transformers_config(save_directory)
 
     def _st_config(self) -> dict:
         """``prompts`` (as encoded now: ``query_prefix`` / ``doc_prefix`` included), ``default_prompt_name``,
@@ -226,7 +227,6 @@ class DenseEncoder(nn.Module, EncoderMixin):
         sentence-transformers folder (no remote code). Returns ``(model, {})``."""
         model = cls.from_pretrained(src)
         model.save_pretrained(out, safe_serialization=True)
-        model.save_sentence_transformers_config(out)
         return model, {}
 
     def card_variables(self, info: dict) -> dict:

@@ -36,7 +36,8 @@ import os
 import shutil
 from pathlib import Path
 
-__all__ = ["write_dense_modules", "write_splade_modules", "sentence_transformers_class", "ST_IDF_MODULE"]
+__all__ = ["write_dense_modules", "write_splade_modules", "write_unsupported", "unsupported_reason",
+           "sentence_transformers_class", "ST_IDF_MODULE", "ST_UNSUPPORTED_MODULE"]
 
 TRANSFORMER = "sentence_transformers.models.Transformer"
 POOLING = "sentence_transformers.models.Pooling"
@@ -49,6 +50,21 @@ STATIC_EMBEDDING = "sentence_transformers.sparse_encoder.models.SparseStaticEmbe
 ST_IDF_MODULE = "splade_idf.SpladeIDF"
 
 _SUB = "0_Transformer"
+#: the one module of a folder Sentence Transformers cannot express: loading it raises the reason
+ST_UNSUPPORTED_MODULE = "sentence_transformers_unsupported.Unsupported"
+_UNSUPPORTED_FILE = "sentence_transformers_unsupported.py"
+_UNSUPPORTED_CODE = '''"""Written by hf-dr: Sentence Transformers cannot express the model saved in this folder."""
+
+REASON = {reason!r}
+
+
+class Unsupported:
+    """Loading this module says, in one sentence, why the folder is not a Sentence Transformers model."""
+
+    @classmethod
+    def load(cls, *args, **kwargs):
+        raise ValueError(REASON)
+'''
 
 
 def _write_json(path: Path, obj) -> None:
@@ -248,6 +264,33 @@ def write_splade_modules(out: str | os.PathLike, model) -> str | None:
     return None
 
 
+def write_unsupported(out: str | os.PathLike, why: str) -> None:
+    """Mark ``out`` as a folder Sentence Transformers cannot load: ``modules.json`` names one module
+    whose loading raises ``ValueError`` with one sentence (``why``, and how to load the folder instead),
+    so ``SentenceTransformer(out)`` fails with that sentence rather than inside another library (with
+    ``trust_remote_code=False`` Sentence Transformers first asks for it, naming the module)."""
+    out = Path(out)
+    for stale in ("sentence_bert_config.json", "config_sentence_transformers.json", "router_config.json"):
+        (out / stale).unlink(missing_ok=True)
+    reason = (f"Sentence Transformers cannot load the model in this folder: {why.rstrip('.')}. Load it with "
+              f"AutoModel.from_pretrained(folder, trust_remote_code=True) or hf_dr.models.load_encoder(folder).")
+    (out / _UNSUPPORTED_FILE).write_text(_UNSUPPORTED_CODE.format(reason=reason), encoding="utf-8")
+    _write_json(out / "modules.json", [{"idx": 0, "name": "0", "path": "", "type": ST_UNSUPPORTED_MODULE}])
+
+
+def unsupported_reason(folder: str | os.PathLike) -> str | None:
+    """The sentence :func:`write_unsupported` left in ``folder``; ``None`` for any other folder."""
+    f = Path(folder) / _UNSUPPORTED_FILE
+    if not f.is_file():
+        return None
+    import ast
+
+    for node in ast.parse(f.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["REASON"]:
+            return ast.literal_eval(node.value)
+    return None
+
+
 def sentence_transformers_class(folder: str | os.PathLike) -> tuple[str, list[str], str | None] | None:
     """``(class name, module classes of its own, similarity_fn_name)`` of a folder with Sentence
     Transformers files (``SentenceTransformer`` / ``SparseEncoder``; module classes outside
@@ -260,6 +303,8 @@ def sentence_transformers_class(folder: str | os.PathLike) -> tuple[str, list[st
     except (OSError, ValueError):
         st = {}
     types = [m.get("type", "") for m in json.loads((folder / "modules.json").read_text())]
+    if types == [ST_UNSUPPORTED_MODULE]:
+        return None
     if (folder / "router_config.json").is_file():
         types += list(json.loads((folder / "router_config.json").read_text()).get("types", {}).values())
     remote = sorted({t for t in types if not t.startswith("sentence_transformers.")})

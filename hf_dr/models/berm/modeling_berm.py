@@ -166,6 +166,29 @@ class BERMEncoder(EncoderMixin, PreTrainedModel):
                     setattr(o, a, v)
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(save_directory)
+        if kwargs.get("is_main_process", True):
+            self._write_sentence_transformers_modules(save_directory)
+
+    def _write_sentence_transformers_modules(self, out) -> None:
+        """The folder is also a Sentence Transformers folder (Transformer in ``0_Transformer/`` sharing
+        the root's weights, Pooling, Normalize for ``cos``); hf-dr writes it (a Hub user re-saving
+        without hf-dr gets the ``trust_remote_code`` folder only)."""
+        try:
+            from hf_dr.models.st_folder import write_dense_modules, write_unsupported
+        except ImportError:
+            return
+        if self.tokenizer is None:
+            return write_unsupported(out, "the model was saved without its tokenizer")
+        if not any(os.path.exists(os.path.join(out, f)) for f in ("model.safetensors", "model.safetensors.index.json")):
+            return write_unsupported(out, "its weights were not saved as safetensors")
+        c = self.config
+        write_dense_modules(out, hidden_size=c.hidden_size, pooling=c.pooling, normalize=c.similarity == "cos",
+                            max_length=self.encoding_settings(False)["max_length"],
+                            max_query_length=self.encoding_settings(True)["max_length"],
+                            prompts={"query": getattr(self, "query_prefix", None) or "",
+                                     "document": getattr(self, "doc_prefix", None) or ""},
+                            similarity_fn_name="cosine" if c.similarity == "cos" else "dot",
+                            backbone_config=c.backbone_config, tokenizer=self.tokenizer, weights_prefix="backbone.")
 
     # ------------------------------------------------------------------ Hub repo (``hf-dr push``)
     @classmethod
@@ -174,21 +197,8 @@ class BERMEncoder(EncoderMixin, PreTrainedModel):
         folder of :meth:`save_pretrained`, which is also a Sentence Transformers folder (Transformer in
         ``0_Transformer/`` sharing the root's weights, Pooling, Normalize for ``cos``; needs hf-dr).
         Returns ``(model, {})``."""
-        try:  # hf-dr writes the folder (a Hub user without it has no use for this method)
-            from hf_dr.models.st_folder import write_dense_modules
-        except ImportError as e:
-            raise ImportError("save_for_hub needs hf-dr (pip install hf-dr)") from e
-
         model = cls.from_pretrained(str(src))
         model.save_pretrained(out, safe_serialization=True)
-        c = model.config
-        write_dense_modules(out, hidden_size=c.hidden_size, pooling=c.pooling, normalize=c.similarity == "cos",
-                            max_length=model.encoding_settings(False)["max_length"],
-                            max_query_length=model.encoding_settings(True)["max_length"],
-                            prompts={"query": getattr(model, "query_prefix", None) or "",
-                                     "document": getattr(model, "doc_prefix", None) or ""},
-                            similarity_fn_name="cosine" if c.similarity == "cos" else "dot",
-                            backbone_config=c.backbone_config, tokenizer=model.tokenizer, weights_prefix="backbone.")
         return model, {}
 
     def card_variables(self, info: dict) -> dict:

@@ -46,6 +46,11 @@ _HF_PLUMBING = {"trust_remote_code", "code_revision", "adapter_kwargs", "_from_a
 _HUB_KWARGS = ("revision", "cache_dir", "token", "local_files_only")
 
 
+#: why no Sentence Transformers module (nor a transformers architecture) expresses a REM
+ST_UNSUPPORTED_REASON = ("a DDR REM is LoRA and / or parallel adapters inside the layers of a DAM's backbone, which "
+                         "no Sentence Transformers module (nor a transformers architecture) expresses")
+
+
 class DAMMismatchError(ValueError):
     """A DAM does not fit the REM (hidden size, layer count, vocabulary or architecture differ)."""
 
@@ -422,6 +427,11 @@ class DDRModel(PreTrainedModel, EncoderMixin):
         save_file(state, str(d / REM_WEIGHTS_NAME), metadata={"format": "pt"})  # one key: byte-identical files per seed
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(d)
+        try:  # SentenceTransformer(d) then fails with one sentence (hf-dr writes it; a Hub user re-saving has none)
+            from hf_dr.models.st_folder import write_unsupported
+        except ImportError:
+            return
+        write_unsupported(d, ST_UNSUPPORTED_REASON)
 
     def save_dam(self, save_directory: str | os.PathLike, **kwargs) -> None:
         """Save the DAM as a plain ``*ForMaskedLM`` checkpoint (+ tokenizer) that any

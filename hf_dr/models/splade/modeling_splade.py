@@ -230,6 +230,25 @@ class SPLADECAI(EncoderMixin, PreTrainedModel):
                 bb._name_or_path = old_path
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(save_directory)
+        if kwargs.get("is_main_process", True):
+            self._write_sentence_transformers_modules(save_directory)
+
+    def _write_sentence_transformers_modules(self, out) -> None:
+        """The folder is also a Sentence Transformers ``SparseEncoder`` folder (its root weights as two
+        shards, ``mlm.*`` and ``idf``: :func:`hf_dr.models.st_folder.write_splade_modules`), or says in
+        one sentence why not. hf-dr writes it (a Hub user re-saving without hf-dr gets the
+        ``trust_remote_code`` folder only). ``self._st_unsupported``: that sentence, or ``None``."""
+        try:
+            from hf_dr.models.st_folder import write_splade_modules, write_unsupported
+        except ImportError:
+            return
+        if not any(os.path.exists(os.path.join(out, f)) for f in ("model.safetensors", "model.safetensors.index.json")):
+            why = "its weights were not saved as safetensors"
+        else:
+            why = write_splade_modules(out, self)
+        self._st_unsupported = why
+        if why:
+            write_unsupported(out, why)
 
     # ------------------------------------------------------------------ Hub repo (``hf-dr push``)
     @classmethod
@@ -238,14 +257,9 @@ class SPLADECAI(EncoderMixin, PreTrainedModel):
         folder of :meth:`save_pretrained` (weights in two shards, ``mlm.*`` and ``idf``), which is also
         a Sentence Transformers ``SparseEncoder`` folder (:func:`hf_dr.models.st_folder.write_splade_modules`;
         needs hf-dr). Returns ``(model, {"st_unsupported": why})`` (``None`` when expressed)."""
-        try:  # hf-dr writes the folder (a Hub user without it has no use for this method)
-            from hf_dr.models.st_folder import write_splade_modules
-        except ImportError as e:
-            raise ImportError("save_for_hub needs hf-dr (pip install hf-dr)") from e
-
         model = cls.from_pretrained(str(src))
         model.save_pretrained(out, safe_serialization=True)
-        return model, {"st_unsupported": write_splade_modules(out, model)}
+        return model, {"st_unsupported": getattr(model, "_st_unsupported", None)}
 
     def card_variables(self, info: dict) -> dict:
         """The variables of ``model_cards/splade_cai.md`` beyond the ones every card gets."""
