@@ -76,6 +76,7 @@ def first_run(split_data, tiny_bert_dir, tmp_path_factory):
     return out, work, calls
 
 
+@pytest.mark.pipeline
 def test_adapt_end_to_end(first_run, tmp_path, capsys):
     out, work, calls = first_run
     # the test split is read once, after training and selection
@@ -123,6 +124,7 @@ def _adapt_after_training(monkeypatch, capsys, hook, data, model, out):
     return _adapt(capsys, "--data", data, "--model", model, "--method", "dodress", "--output", out, *FAST)
 
 
+@pytest.mark.pipeline
 def test_training_never_touches_the_starting_model(split_data, tiny_bert_dir, tmp_path, monkeypatch, capsys):
     """Training works on a copy: the "before" row scores the starting model as loaded, even when
     training scrambles the weights of the model it was given."""
@@ -149,6 +151,7 @@ def test_training_never_touches_the_starting_model(split_data, tiny_bert_dir, tm
     assert res.aggregate == pytest.approx(m["before"], abs=1e-9)
 
 
+@pytest.mark.pipeline
 def test_rerun_reuses_labels_and_training(first_run, split_data, tiny_bert_dir, capsys):
     out, work, _ = first_run
     base = ["--data", split_data, "--model", tiny_bert_dir, "--method", "dodress", "--output", out, "--overwrite"]
@@ -163,6 +166,7 @@ def test_rerun_reuses_labels_and_training(first_run, split_data, tiny_bert_dir, 
     assert again["verdict_sentence"] == first["verdict_sentence"] and "n/a" not in again["verdict_sentence"], again
 
 
+@pytest.mark.pipeline
 def test_killed_training_resumes(split_data, tiny_bert_dir, tmp_path, capsys, monkeypatch):
     from hf_dr.objectives.ranknet import RankNetObjective
 
@@ -189,6 +193,7 @@ def test_killed_training_resumes(split_data, tiny_bert_dir, tmp_path, capsys, mo
     assert set(json.loads((out / "metrics.json").read_text())["dev"]) == {"0", "2", "4"}
 
 
+@pytest.mark.pipeline
 def test_no_qrels_folder(no_qrels_data, tiny_bert_dir, tmp_path, capsys):
     out = tmp_path / "out"
     rc, text, err = _adapt(capsys, "--data", no_qrels_data, "--model", tiny_bert_dir, "--method", "dodress",
@@ -201,6 +206,7 @@ def test_no_qrels_folder(no_qrels_data, tiny_bert_dir, tmp_path, capsys):
     assert "No labelled evaluation was possible" in (out / "README.md").read_text()
 
 
+@pytest.mark.pipeline
 def test_label_command_without_qrels(no_qrels_data, tiny_bert_dir, tmp_path, capsys):
     out = tmp_path / "labels"
     rc = main(["label", "--data", str(no_qrels_data), "--dense-model", str(tiny_bert_dir), "--negatives", "bm25",
@@ -224,6 +230,7 @@ def test_training_queries_exclude_test_queries(tmp_path):
 
 
 @pytest.mark.parametrize("method", ["pseudo-margin-mse", "berm", "cai"])
+@pytest.mark.pipeline
 def test_methods_on_reused_labels(method, first_run, split_data, tiny_bert_dir, tmp_path, capsys):
     """--labels composes with a label folder; each method's objective trains two steps."""
     _, work, _ = first_run
@@ -272,6 +279,7 @@ def test_refusals(args, message, split_data, tiny_bert_dir, tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.pipeline
 def test_cai_refuses_a_model_without_mlm_head(split_data, tmp_path, capsys, tiny_bert_dir):
     from transformers import AutoConfig, AutoTokenizer, BertModel
 
@@ -282,6 +290,7 @@ def test_cai_refuses_a_model_without_mlm_head(split_data, tmp_path, capsys, tiny
     assert rc == 2 and "masked-LM head" in err
 
 
+@pytest.mark.pipeline
 def test_non_empty_output_refused(split_data, tiny_bert_dir, tmp_path, capsys):
     out = tmp_path / "o"
     out.mkdir()
@@ -304,6 +313,7 @@ def rem_dir(tiny_bert_dir, tmp_path_factory):
     return d
 
 
+@pytest.mark.pipeline
 def test_ddr_trains_a_target_dam_for_the_rem(first_run, split_data, rem_dir, tmp_path, capsys):
     """--method ddr: MLM of the REM's DAM on the corpus; each checkpoint + the unchanged REM is a dev
     candidate; the output is the REM with the chosen DAM, loadable with AutoModel."""
@@ -333,6 +343,7 @@ def test_ddr_trains_a_target_dam_for_the_rem(first_run, split_data, rem_dir, tmp
     assert "REM" in (out / "README.md").read_text()
 
 
+@pytest.mark.pipeline
 def test_last_checkpoint_is_reported_when_selection_chose_another(split_data, tiny_bert_dir, tmp_path, monkeypatch,
                                                                   capsys):
     """When the dev set picks an earlier step, the last checkpoint's test score is reported beside
@@ -382,6 +393,7 @@ def test_calibrated_margin_scale_puts_student_margins_on_the_teachers_scale(tiny
     assert calibrate_margin_scale(model, Dataset.from_list(swapped), max_length=32) == default_scale(model)
 
 
+@pytest.mark.pipeline
 def test_cai_without_mlm_trains_without_idf_and_outputs_with_it(first_run, split_data, tiny_bert_dir, tmp_path,
                                                                  capsys, monkeypatch):
     """``--method cai --mlm-steps 0``: IDF fitted on the target corpus, off while training (the
@@ -481,6 +493,7 @@ def test_method_defaults_are_measured_rows():
         assert match, f"{method}: no SciFact row was measured with the defaults {cfg} (rows: {budgets})"
 
 
+@pytest.mark.pipeline
 def test_cli_defaults_are_the_method_defaults():
     """`hf-dr adapt` with no tuning flag leaves every per-method field unset, and the pipeline fills
     it from METHOD_DEFAULTS (cai: no vocabulary, no MLM, lr 1e-4)."""

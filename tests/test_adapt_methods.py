@@ -99,6 +99,7 @@ def toy_run(toys, tiny_bert_dir, tmp_path_factory):
     return data, out
 
 
+@pytest.mark.pipeline
 def test_a_method_from_a_test_file_runs_end_to_end(toy_run, capsys):
     data, out = toy_run
     assert Toy.calls >= 2  # its objective trained the model
@@ -117,6 +118,7 @@ def test_a_method_from_a_test_file_runs_end_to_end(toy_run, capsys):
     assert "toy-noise" in capsys.readouterr().out
 
 
+@pytest.mark.pipeline
 def test_a_method_with_its_own_training_loop(toy_run, tiny_bert_dir, tmp_path, capsys):
     data, first = toy_run
     out = tmp_path / "out"

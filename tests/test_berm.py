@@ -184,7 +184,7 @@ def test_alpha_beta_zero_is_plain_contrastive(tiny_berm):
     batch = UnitCollator(tiny_berm.tokenizer, 16, 64)(_rows().to_list()[:4])
     a, _ = BERMObjective(alpha=0.0, beta=0.0)(tiny_berm, batch)
     b, _ = ContrastiveObjective(scale=1.0)(tiny_berm, batch)
-    assert torch.equal(a, b)
+    torch.testing.assert_close(a, b)  # the same loss, up to float32 rounding of the zero terms
     full, logs = BERMObjective()(tiny_berm, batch)
     assert {"balance_loss", "extract_loss", "contrastive_loss"} <= set(logs)
     assert torch.isclose(full, b + 0.1 * logs["extract_loss"] + 1.0 * logs["balance_loss"])
@@ -200,6 +200,7 @@ def test_distillation_base(tiny_berm):
         BERMObjective(base="nope")
 
 
+@pytest.mark.cli
 def test_encode_score_units_and_round_trip_without_hf_dr(tiny_berm, tmp_path):
     q = tiny_berm.encode_queries(["what is beta"])
     d = tiny_berm.encode_corpus([{"title": "t", "text": "beta is a topic."}, "other"])
@@ -260,6 +261,7 @@ def test_few_training_steps_lower_the_total_loss(tiny_bert_dir, tmp_path):
     assert any("balance_loss" in h for h in trainer.state.log_history)
 
 
+@pytest.mark.pipeline
 def test_diagnostics_counts_and_plot(tiny_berm, tmp_path):
     from hf_dr.analysis import berm_diagnostics, plot_berm_diagnostics
 
@@ -274,6 +276,7 @@ def test_diagnostics_counts_and_plot(tiny_berm, tmp_path):
     assert p.is_file() and p.stat().st_size > 1000
 
 
+@pytest.mark.shared
 def test_real_minilm_acceptance():
     from hf_dr import BERMEncoder
 

@@ -30,6 +30,8 @@ def test_bad_input_is_a_message_not_a_traceback(tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.cli
+@pytest.mark.shared
 def test_evaluate_dense_end_to_end_with_real_minilm(tmp_path):
     """`hf-dr evaluate` in a subprocess on a 40-query SciFact subset with the real MiniLM."""
     scifact, model = need(DATA / "scifact"), need(MINILM)
@@ -55,6 +57,7 @@ def test_evaluate_dense_end_to_end_with_real_minilm(tmp_path):
     assert m["metrics"]["ndcg@10"] > 0.6  # MiniLM scores 0.645 on the full corpus; easier on a subset
 
 
+@pytest.mark.cli
 def test_quiet_output_and_verbose_shows_everything(tmp_path):
     """A BM25 run prints the table and nothing on stderr (bm25s sets its own logger to DEBUG on
     import: "DEBUG bm25s: Building index..." used to appear on every run); -v shows it."""

@@ -42,6 +42,7 @@ def test_crlf_qrels_and_trec_qrels(tmp_path):
     assert load_qrels(tmp_path / "trec.txt") == {"q1": {"d1": 2, "d2": 0}}
 
 
+@pytest.mark.shared
 def test_real_crlf_qrels_parse():
     scifact = need(DATA / "scifact")
     data = load_beir(scifact, split="train")

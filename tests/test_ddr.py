@@ -178,6 +178,7 @@ def test_backbone_without_mlm_head_gets_tied_head(tiny_bert_dir, tmp_path):
                                m.backbone.cls.predictions.transform.dense.weight)
 
 
+@pytest.mark.cli
 def test_automodel_trust_remote_code_without_hf_dr(ddr, tmp_path):
     """A saved folder loads through AutoModel in a process where hf_dr cannot be imported."""
     _perturb_rem(ddr)
@@ -256,6 +257,7 @@ def _ddp_worker(rank, world, port, model_dir, batch, result_file):
     dist.destroy_process_group()
 
 
+@pytest.mark.spawn
 def test_ddp_two_processes_gather_negatives(ddr, tmp_path):
     """2 CPU processes (gloo): each process's queries are scored against the documents of
     both processes, so the mean loss and the averaged gradients equal those of one process
@@ -323,6 +325,7 @@ def test_triplets_from_qrels_blocks_of_distinct_queries():
         triplets_from_qrels(data, batch_size=6)
 
 
+@pytest.mark.cli
 def test_example_scripts_run(tiny_bert_dir, tmp_path):
     """adapt_dam.py then train_ddr.py (python), as a user runs them, on a tiny model."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}

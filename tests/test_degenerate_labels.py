@@ -165,6 +165,7 @@ def _queries(data):
     return q, bm25
 
 
+@pytest.mark.pipeline
 def test_degenerate_queries_are_reported_and_dropped_or_kept(tmp_path, sample):
     queries, bm25 = _queries(sample)
     cfg = dict(k=1, m=3, bm25_top=20, negatives="bm25", dev_queries=0)
@@ -207,6 +208,7 @@ def test_degenerate_queries_are_reported_and_dropped_or_kept(tmp_path, sample):
                             show_progress_bar=False)
 
 
+@pytest.mark.pipeline
 def test_degenerate_dev_queries_are_dropped_too(tmp_path, sample):
     queries, bm25 = _queries(sample)
     queries = {q: t for q, t in queries.items() if q != "nohit"}
@@ -228,6 +230,7 @@ def test_degenerate_dev_queries_are_dropped_too(tmp_path, sample):
     assert drop.stats["dev_queries"] == len(set(drop.dev["query_id"]))
 
 
+@pytest.mark.pipeline
 def test_the_label_cache_keys_hold_the_normalisation_and_the_rule(tmp_path, sample):
     queries, bm25 = _queries(sample)
     queries = {q: t for q, t in queries.items() if q.startswith("ok")}
@@ -255,6 +258,7 @@ def test_the_label_cache_keys_hold_the_normalisation_and_the_rule(tmp_path, samp
     assert other.stats["cache"]["computed"] == ["rerank", "triplets"]
 
 
+@pytest.mark.pipeline
 def test_cli_reports_the_summary_once_and_keeps_with_the_flag(tmp_path, sample, tiny_bert_dir, capsys, caplog):
     from hf_dr.cli import main
 
@@ -284,6 +288,8 @@ SCIFACT = DATA / "scifact"
 
 
 @pytest.mark.slow
+@pytest.mark.pipeline
+@pytest.mark.shared
 def test_one_word_queries_on_scifact(tmp_path):
     """The issue's setting on a SciFact slice: fusion teacher (BM25 + MiniLM), SimANS negatives from
     MiniLM, real claims plus one-word queries of which some match only 1-3 documents. Before the

@@ -139,6 +139,8 @@ def _label(data, out, enc, cache=None, **cfg):
 
 # ---------------------------------------------------------------- the pipeline
 @pytest.mark.parametrize("negatives", ["simans", "bm25", "random"])
+@pytest.mark.pipeline
+@pytest.mark.shared
 def test_end_to_end_on_a_scifact_slice(tmp_path, tiny_encoder, scifact200, negatives):
     res = _label(scifact200, tmp_path / "out", tiny_encoder, negatives=negatives)
     s = res.stats
@@ -182,6 +184,8 @@ def test_end_to_end_on_a_scifact_slice(tmp_path, tiny_encoder, scifact200, negat
     assert "task_categories" in card and f"| {len(ds)} | 20 |" in card and negatives in card
 
 
+@pytest.mark.pipeline
+@pytest.mark.shared
 def test_stages_are_cached_and_invalidated(tmp_path, tiny_encoder, scifact200, monkeypatch):
     calls = {"corpus": 0}
     real = tiny_encoder.encode_corpus
@@ -210,6 +214,8 @@ def test_stages_are_cached_and_invalidated(tmp_path, tiny_encoder, scifact200, m
     assert set(deep.stats["cache"]["computed"]) == {"bm25", "rerank", "triplets"} and calls["corpus"] == n
 
 
+@pytest.mark.pipeline
+@pytest.mark.shared
 def test_bad_queries_and_bad_k(tmp_path, tiny_encoder, scifact200):
     # queries without any BM25 hit are left out and counted; a query with fewer than k
     # candidates keeps those it has
@@ -230,6 +236,8 @@ def test_bad_queries_and_bad_k(tmp_path, tiny_encoder, scifact200):
         build_pseudo_labels(scifact200, tmp_path / "y", PseudoLabelConfig(negatives="simans"), reranker="fusion")
 
 
+@pytest.mark.pipeline
+@pytest.mark.shared
 def test_k_larger_than_a_query_candidate_list_is_counted(tmp_path, tiny_encoder, scifact200):
     # a made-up word present in one document only: BM25 returns one candidate
     words = {}
@@ -253,6 +261,7 @@ def test_k_larger_than_a_query_candidate_list_is_counted(tmp_path, tiny_encoder,
 
 
 # ---------------------------------------------------------------- rerankers
+@pytest.mark.shared
 def test_fusion_reranker_is_the_spines_zscore_fusion(tiny_encoder, scifact200):
     from hf_dr.labeling.rerankers import FusionReranker
     from hf_dr.retrieval import BM25Index, fuse
@@ -362,6 +371,8 @@ def test_cross_encoder_gives_raw_logits(tmp_path, tiny_tokenizer):
 
 
 # ---------------------------------------------------------------- training
+@pytest.mark.pipeline
+@pytest.mark.shared
 def test_ranknet_training_keeps_the_best_dev_checkpoint(tmp_path, tiny_encoder, scifact200):
     from hf_dr.labeling.finetune import train_ranknet
 
@@ -383,6 +394,7 @@ def test_rewriter_input_format():
     assert rewriter_input(" cur ", []) == "</s>cur"
 
 
+@pytest.mark.shared
 def test_canard_reader_and_tiny_t5_rewriter(tmp_path, tiny_t5):
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -413,6 +425,7 @@ def test_canard_reader_and_tiny_t5_rewriter(tmp_path, tiny_t5):
     assert bleu(["a b c d e"], ["v w x y z"]) == 0.0
 
 
+@pytest.mark.shared
 def test_cast_sessions_and_cdr_concatenation(tmp_path, tiny_encoder):
     from datasets import Dataset
 
@@ -453,6 +466,8 @@ def test_query_tower_training_leaves_the_passage_encoder_frozen(tmp_path, tiny_e
 
 
 # ---------------------------------------------------------------- CLI
+@pytest.mark.pipeline
+@pytest.mark.shared
 def test_cli_label(tmp_path, tiny_bert_dir, scifact200, capsys):
     from hf_dr.cli import main
     from hf_dr.data import save_beir
@@ -491,6 +506,8 @@ def test_cli_label(tmp_path, tiny_bert_dir, scifact200, capsys):
     assert "these are embeddings of another corpus" in capsys.readouterr().err
 
 
+@pytest.mark.pipeline
+@pytest.mark.shared
 def test_ranknet_training_works_for_a_ddr_model(tmp_path, tiny_bert_dir, tiny_encoder, scifact200):
     """Labels from the pipeline feed the other encoders of the suite through the same trainer."""
     from hf_dr.labeling.finetune import default_scale, train_ranknet
@@ -506,6 +523,7 @@ def test_ranknet_training_works_for_a_ddr_model(tmp_path, tiny_bert_dir, tiny_en
     assert len([h for h in trainer.state.log_history if "eval_ndcg@10" in h]) == 2
 
 
+@pytest.mark.shared
 def test_example_builds_labels_and_trains(tmp_path, tiny_bert_dir, scifact200, monkeypatch, capsys):
     import runpy
     import sys
@@ -526,6 +544,8 @@ def test_example_builds_labels_and_trains(tmp_path, tiny_bert_dir, scifact200, m
     assert (tmp_path / "o" / "student" / "best").is_dir() and (tmp_path / "o" / "README.md").is_file()
 
 
+@pytest.mark.pipeline
+@pytest.mark.shared
 def test_simans_score_scale_concentrates_negatives_near_the_positive(tmp_path, tiny_encoder, scifact200):
     """With cosine-range scores, a=0.5 is almost uniform over the top-K; scaling the scores
     (the student's training scale) gives Eq. 1 its intended peak around the positive."""

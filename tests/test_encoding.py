@@ -70,6 +70,7 @@ def test_pooling():
     assert pool(h, m, "max").tolist() == [[3.0, 4.0]]
 
 
+@pytest.mark.shared
 def test_dense_encoder_equals_sentence_transformers():
     path = need(MINILM)
     from sentence_transformers import SentenceTransformer

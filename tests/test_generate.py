@@ -176,6 +176,7 @@ def _cli(*args) -> list[str]:
     return [sys.executable, "-m", "hf_dr.cli", "generate-queries", "--data", str(SAMPLE), "--no-progress", *args]
 
 
+@pytest.mark.cli
 def test_killed_generation_resumes_to_the_same_file(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     args = ["--generator", "terms", "--queries-per-doc", "200", "--shard-size", "5"]
@@ -205,6 +206,7 @@ def test_killed_generation_resumes_to_the_same_file(tmp_path):
     assert m["queries"] == len((out / "queries.jsonl").read_text().splitlines())
 
 
+@pytest.mark.pipeline
 def test_source_document_is_among_the_teachers_candidates(tmp_path):
     from hf_dr.data.beir import load_corpus_data
     from hf_dr.labeling.pseudo_relevance import PseudoLabelConfig, build_pseudo_labels
@@ -235,6 +237,7 @@ FAST = ["--max-steps", "4", "--eval-steps", "2", "--max-length", "32", "--m", "2
         "--learning-rate", "1e-2", "--negatives", "bm25", "--dev-queries", "5"]
 
 
+@pytest.mark.pipeline
 def test_adapt_on_a_corpus_alone(tmp_path, tiny_bert_dir, capsys, monkeypatch):
     data = tmp_path / "corpus-only"
     data.mkdir()
@@ -262,6 +265,7 @@ def test_adapt_on_a_corpus_alone(tmp_path, tiny_bert_dir, capsys, monkeypatch):
     assert "--queries generate ignores it" in capsys.readouterr().err
 
 
+@pytest.mark.pipeline
 def test_queries_generate_ignores_the_folders_queries(tmp_path, tiny_bert_dir, capsys):
     """--queries generate on a folder with queries and test qrels: trained on generated queries
     only (the folder's never read), evaluated on the test split."""
@@ -284,6 +288,7 @@ def test_queries_generate_ignores_the_folders_queries(tmp_path, tiny_bert_dir, c
     assert m["queries"]["generator"] == "cloze" and m["labelled_evaluation"] is True and m["test_queries"] == 50
 
 
+@pytest.mark.pipeline
 def test_queries_fill_adds_generated_queries_to_the_folders_own(tmp_path, tiny_bert_dir, capsys):
     """--queries fill: the folder's training queries plus generated ones up to the generated-query
     budget (4 steps x 4 + 5 x 5 dev queries = 41); the dev set is drawn from the folder's own queries
@@ -326,6 +331,7 @@ def test_queries_fill_adds_generated_queries_to_the_folders_own(tmp_path, tiny_b
     assert "--labels reuses labelled queries" in capsys.readouterr().err
 
 
+@pytest.mark.pipeline
 def test_corpus_only_refusals(tmp_path, tiny_bert_dir, capsys):
     """Refused before any work, one line each: test qrels with no queries to evaluate them; an unknown
     generator; --labels with generated queries."""

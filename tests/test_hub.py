@@ -93,6 +93,7 @@ def _card_snippet(readme: str) -> str:
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.cli
 def test_push_local_dir_loads_without_hf_dr(kind, tiny_bert_dir, tmp_path):
     model = BUILDERS[kind](tiny_bert_dir, tmp_path)
     assert detect_model_kind(tmp_path / "model").name == kind
@@ -222,6 +223,7 @@ def test_push_errors_are_readable(tiny_bert_dir, tmp_path, capsys):
         prepare_model_folder(tmp_path / "model", tmp_path / "full")
 
 
+@pytest.mark.pipeline
 def test_dataset_push_writes_parquet_and_card(tmp_path):
     from datasets import Dataset, DatasetDict, load_dataset
     from huggingface_hub import DatasetCard
@@ -277,6 +279,7 @@ def test_write_card_one_renderer(tmp_path, monkeypatch):
         render_card("toy", repo_type="space")
 
 
+@pytest.mark.cli
 def test_built_wheel_ships_the_card_templates(tmp_path):
     """A plain (non-editable) install has every template of model_cards/ inside the package."""
     import subprocess

@@ -166,6 +166,7 @@ print(" ".join(sorted(m for m in sys.modules if m.startswith("hf_dr."))))
 
 @pytest.mark.parametrize(("layer", "forbidden"), [("models", TRAINING + CLI + ("hf_dr.factory",)),
                                                   ("retrieval", ("hf_dr.models", "hf_dr.factory") + TRAINING + CLI)])
+@pytest.mark.cli
 def test_importing_a_layer_loads_none_of_what_it_must_not(layer, forbidden):
     """What importing every module of the layer loads, transitively, on a fresh interpreter."""
     r = subprocess.run([sys.executable, "-c", _LOADED.replace("{layer}", layer)], capture_output=True, text=True,

@@ -1,3 +1,4 @@
+import pytest
 import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer, TrainingArguments
 
@@ -8,6 +9,7 @@ from .conftest import MINILM, SAMPLE, need
 LONG = " ".join(f"word{i}" for i in range(200))
 
 
+@pytest.mark.pipeline
 def test_window_crops_and_masking(tiny_tokenizer):
     ds = tokenize_corpus([LONG, "short document", "  "], tiny_tokenizer)
     assert len(ds) == 2  # the blank document is dropped
@@ -29,6 +31,7 @@ def test_window_crops_and_masking(tiny_tokenizer):
     assert 0.7 < masked.sum().item() / labelled.sum().item() < 0.9  # 80% of them become [MASK]
 
 
+@pytest.mark.shared
 def test_head_added_to_checkpoint_without_one():
     model = load_mlm_model(str(need(MINILM)))
     assert model.cls.predictions.decoder.weight.data_ptr() == model.bert.embeddings.word_embeddings.weight.data_ptr()

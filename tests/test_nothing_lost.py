@@ -201,6 +201,7 @@ def test_push_without_the_hub_is_a_one_line_error(error, tiny_bert_dir, tmp_path
 
 
 # ---------------------------------------------------------------- label: the output folder
+@pytest.mark.pipeline
 def test_label_refuses_a_folder_with_user_files_and_an_overwrite_that_deletes_its_data(
         beir_train, tiny_bert_dir, tmp_path, capsys):
     user = tmp_path / "mine"
@@ -225,6 +226,7 @@ def test_label_refuses_a_folder_with_user_files_and_an_overwrite_that_deletes_it
                                         (["--m", "0"], "--m"), (["--m", "-2"], "--m"),
                                         (["--bm25-top", "-1"], "--bm25-top"), (["--dev-queries", "-1"], "--dev-queries"),
                                         (["--batch-size", "0"], "--batch-size")])
+@pytest.mark.pipeline
 def test_label_counts_are_checked_before_any_work(argv, flag, beir_train, tiny_bert_dir, tmp_path, capsys):
     assert main(["label", "--data", str(beir_train), "--dense-model", str(tiny_bert_dir),
                  "--output", str(tmp_path / "o"), *argv]) == 2
@@ -232,6 +234,7 @@ def test_label_counts_are_checked_before_any_work(argv, flag, beir_train, tiny_b
     assert flag in err and "must be" in err and "Traceback" not in err and not (tmp_path / "o").exists()
 
 
+@pytest.mark.pipeline
 def test_a_crash_mid_label_leaves_no_folder_or_the_previous_one(data, encoder, tmp_path, monkeypatch):
     out = tmp_path / "labels"
     real_save = pr._save_dataset
@@ -266,6 +269,7 @@ def test_a_crash_mid_label_leaves_no_folder_or_the_previous_one(data, encoder, t
 
 
 # ---------------------------------------------------------------- label: a cache keyed on content
+@pytest.mark.pipeline
 def test_label_cache_is_keyed_on_content_not_paths(beir_train, tiny_bert_dir, tmp_path):
     from hf_dr.data import load_beir
     from hf_dr.models import load_encoder
@@ -325,6 +329,7 @@ def test_label_reranker_folder_retrained_in_place_is_recomputed(tmp_path):
 
 
 # ---------------------------------------------------------------- push --dataset of a label output
+@pytest.mark.pipeline
 def test_push_dataset_of_labels_keeps_dev_and_the_dodress_card(labels_dir, tmp_path, capsys):
     from datasets import load_dataset
     from huggingface_hub import DatasetCard

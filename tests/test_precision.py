@@ -89,6 +89,7 @@ def minilm():
 @pytest.mark.parametrize("batched", [True, False], ids=["batched", "per-document"])
 @pytest.mark.parametrize("cuda_policy", [True, False], ids=["cuda-layernorm", "cpu-layernorm"])
 @pytest.mark.parametrize("dtype", HALF, ids=["bf16", "fp16"])
+@pytest.mark.shared
 def test_splade_encoding_under_autocast_matches_fp32(splade_tiny, dtype, batched, cuda_policy):
     """ACCEPTANCE: SPLADE through the max-pooled decoder under bf16/fp16 autocast gives the fp32
     term weights and ranking within the stated tolerance, in both branches."""
@@ -111,6 +112,7 @@ def test_splade_encoding_under_autocast_matches_fp32(splade_tiny, dtype, batched
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.shared
 def test_splade_encode_dtype_flag_autocasts_on_cpu(splade_tiny, dtype):
     """``dtype="bf16"`` / ``"fp16"`` really autocasts on CPU (not fp32 in disguise), within tolerance."""
     m = splade_tiny
@@ -143,6 +145,7 @@ GRAD_COSINE = {torch.bfloat16: 0.95, torch.float16: 0.999}
 
 @pytest.mark.parametrize("cuda_policy", [True, False], ids=["cuda-layernorm", "cpu-layernorm"])
 @pytest.mark.parametrize("dtype", HALF, ids=["bf16", "fp16"])
+@pytest.mark.shared
 def test_splade_training_projection_under_autocast(splade_tiny, dtype, cuda_policy):
     """The training path (the max-pooled projection with autograd) under bf16 / fp16 autocast, with
     LayerNorm handing over float32 as CUDA's autocast does or not: the fp32 term weights within
@@ -183,6 +186,7 @@ def test_splade_training_projection_under_autocast(splade_tiny, dtype, cuda_poli
 
 # ----------------------------------------------------------------------------- dense encoding
 @pytest.mark.parametrize("dtype", HALF, ids=["bf16", "fp16"])
+@pytest.mark.shared
 def test_dense_encoding_under_autocast_matches_fp32(minilm, dtype):
     name = {torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
     ref = minilm.encode_corpus(DOCS, dtype="fp32")
@@ -200,6 +204,7 @@ def test_dense_encoding_under_autocast_matches_fp32(minilm, dtype):
     assert ((q @ out.T).argmax(1) == (q_ref @ ref.T).argmax(1)).all()
 
 
+@pytest.mark.shared
 def test_encode_dtype_attribute_is_the_default(minilm):
     """``model.encode_dtype`` is used by every encode call that passes no dtype."""
     ref = minilm.encode_queries(QUERIES[:2])
@@ -410,6 +415,7 @@ def test_every_command_takes_dtype(command, capsys):
     assert len(err) == 1 and "--dtype" in err[0] and "fp8" in err[0], err
 
 
+@pytest.mark.pipeline
 def test_adapt_refuses_fp16_training_on_cpu(tmp_path, capsys):
     from hf_dr.cli import main
 

@@ -20,6 +20,8 @@ from .conftest import SAMPLE
 qdrant_client = pytest.importorskip("qdrant_client")
 from hf_dr.retrieval.qdrant import ClientStore, EdgeStore, QdrantRetriever, index_embeddings  # noqa: E402
 
+pytestmark = pytest.mark.qdrant
+
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, tiny_bert_dir):

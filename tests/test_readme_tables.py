@@ -1,5 +1,6 @@
 """The README's result tables are exactly what benchmarks/results/*.json hold."""
 
+import pytest
 import importlib.util
 
 from .conftest import REPO
@@ -55,6 +56,7 @@ def test_render_fills_markers():
     assert "| d | s | 0.5000 | `c` |" in out and "old" not in out
 
 
+@pytest.mark.shared
 def test_bm25_rows_are_re_derived_within_tolerance(tmp_path):
     """The cheap rows (BM25) are re-run exactly as recorded, 2CR-style; model rows are
     re-derived by `python benchmarks/regress.py` (minutes of encoding, not CI)."""

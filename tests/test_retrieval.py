@@ -163,6 +163,7 @@ def test_trec_round_trip_and_self_matches(tmp_path):
         read_trec_run(tmp_path / "bad.trec")
 
 
+@pytest.mark.shared
 def test_self_match_removal_changes_arguana_scores():
     from hf_dr.evaluation import evaluate_run
 

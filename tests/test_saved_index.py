@@ -241,6 +241,7 @@ def test_cli_index_once_then_evaluate_twice_builds_nothing(tiny_bert_dir, tmp_pa
     assert s1["index"] == {"index_type": "hnsw", "hnsw_m": 32, "ef_search": 128}
 
 
+@pytest.mark.pipeline
 def test_cli_refuses_what_does_not_match(tiny_bert_dir, tmp_path, capsys):
     import torch
     from transformers import BertForMaskedLM
@@ -301,6 +302,7 @@ def test_cli_refuses_what_does_not_match(tiny_bert_dir, tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.pipeline
 def test_label_with_a_saved_bm25_index_labels_as_with_a_built_one(data, models, folders, tmp_path):
     from hf_dr.labeling.pseudo_relevance import PseudoLabelConfig, build_pseudo_labels
 

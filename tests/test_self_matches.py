@@ -16,6 +16,7 @@ from hf_dr.retrieval import BM25Retriever
 from .conftest import DATA, SAMPLE, need
 
 
+@pytest.mark.shared
 def test_arguana_under_another_name_scores_as_arguana(tmp_path, capsys):
     """ACCEPTANCE: a copy of ArguAna in a folder named otherwise gets the same nDCG@10 as the
     original (self-matches removed in both), and `hf-dr evaluate` says so in its output and metrics.json."""
@@ -36,6 +37,7 @@ def test_arguana_under_another_name_scores_as_arguana(tmp_path, capsys):
     assert f"self-matches: {n} queries had their own id among the results: removed" in out
 
 
+@pytest.mark.shared
 def test_scifact_has_no_self_matches_and_its_score_is_unchanged():
     data = load_beir(need(DATA / "scifact"))
     bm25 = BM25Retriever.from_data(data)
@@ -78,6 +80,7 @@ def test_a_self_match_judged_relevant_is_kept(tmp_path):
     assert evaluate(r, data, k=10, queries={qid: texts[qid]}, ignore_identical_ids=True).run[qid].get(qid) is None
 
 
+@pytest.mark.pipeline
 def test_a_pseudo_positive_is_never_the_querys_own_document(tmp_path):
     """Labelling (hf-dr label / adapt) follows the same rule: where the queries are documents
     (ArguAna-like: same id, same text), the query's own document is no candidate, so neither a

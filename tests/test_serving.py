@@ -56,6 +56,7 @@ print(json.dumps({'hits': hits, 'names': engine.corpus_names(), 'tried': tried, 
 """
 
 
+@pytest.mark.cli
 def test_the_engine_searches_where_gradio_cannot_be_imported():
     """``import hf_dr.serving`` and a BM25 search of the bundled sample in a process where any import
     of gradio fails: nothing tries to import it (nor the CLI), and the hits are BM25's."""

@@ -248,6 +248,7 @@ def _load_app():
     return mod
 
 
+@pytest.mark.shared
 def test_config_from_env_and_file(tmp_path, monkeypatch):
     app = _load_app()
     (tmp_path / "dams" / "bio").mkdir(parents=True)
@@ -306,6 +307,7 @@ def test_space_requirements_have_the_package_floors():
 
 
 @pytest.mark.skipif(find_chromium() is None, reason="Debian's chromium is not installed (apt-get install -y chromium)")
+@pytest.mark.browser
 def test_headless_chromium_types_a_query_and_sees_results(tmp_path):
     """What benchmarks/space_screenshot.py does for docs/img/search_demo.png, on a small corpus with BM25."""
     corpus = small_beir(tmp_path / "corpus")

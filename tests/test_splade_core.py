@@ -156,6 +156,7 @@ def test_vocabulary_mismatch_is_refused(tiny_bert_dir):
         SPLADECAI.from_backbone(str(tiny_bert_dir), tokenizer=tok)
 
 
+@pytest.mark.shared
 def test_real_splade_tiny_expands_queries():
     m = SPLADECAI.from_backbone(str(need(SPLADE_TINY)))
     q = m.encode_queries(["phytates for the treatment of cancer"])

@@ -114,6 +114,7 @@ def test_embeddings_of_an_object_are_checked_like_any_model(st_dense, tiny_bert_
         EncoderRetriever.from_embeddings(_dense(tiny_bert_dir, pooling="cls"), emb, doc_ids=data.doc_ids())
 
 
+@pytest.mark.pipeline
 def test_pseudo_labels_take_an_object_as_the_dense_model(st_dense, tmp_path):
     from hf_dr.data import load_beir
     from hf_dr.labeling.pseudo_relevance import PseudoLabelConfig, build_pseudo_labels
@@ -135,6 +136,7 @@ def test_what_adapt_cannot_train_exactly_is_named(tiny_bert_dir):
 
 
 @pytest.mark.parametrize("which", ["dense", "sparse"])
+@pytest.mark.pipeline
 def test_adapt_takes_an_object_as_the_student(which, tiny_bert_dir, tmp_path):
     import json
 

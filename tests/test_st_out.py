@@ -204,6 +204,7 @@ def test_splade_cai_with_idf(tiny_bert_dir, tmp_path):
     assert_st_matches(out)
 
 
+@pytest.mark.cli
 def test_splade_cai_with_idf_loads_without_hf_dr(tiny_bert_dir, tmp_path):
     """A user without hf-dr: the IDF module comes from the folder (splade_idf.py)."""
     model = _splade(tiny_bert_dir, tmp_path, use_idf=True, idf_exponent=1.0)

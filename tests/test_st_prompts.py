@@ -184,6 +184,7 @@ def test_training_sees_the_prompts(e5_dir):
 
 
 @pytest.mark.parametrize("command", ["encode", "evaluate", "label", "adapt"])
+@pytest.mark.pipeline
 def test_every_encoding_command_has_the_prompt_flags(command):
     from hf_dr.cli import build_parser
 
@@ -208,6 +209,7 @@ def test_pooling_that_excludes_the_prompt_is_not_silently_changed(tiny_bert_dir,
         DenseEncoder.from_pretrained(d)
 
 
+@pytest.mark.pipeline
 def test_adapt_trains_and_saves_with_the_prompts(e5_dir, tmp_path, capsys, monkeypatch):
     from hf_dr.data import collators
 

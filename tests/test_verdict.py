@@ -111,6 +111,7 @@ def test_generated_queries_keep_the_start_when_the_best_checkpoint_falls_beyond_
     assert stages._fell(run, labels, trained, 100) is None
 
 
+@pytest.mark.pipeline
 def test_a_corpus_only_run_whose_checkpoints_fall_outputs_the_starting_model(tmp_path, tiny_bert_dir, capsys,
                                                                              monkeypatch):
     """End to end on a folder holding only corpus.jsonl: when the best checkpoint fell (forced here), the
@@ -185,6 +186,7 @@ def _dev_rows(n_queries=4, per_query=6):
     return rows
 
 
+@pytest.mark.pipeline
 def test_dev_evaluation_encodes_each_document_once_with_a_progress_bar(tiny_bert_dir, capsys):
     from hf_dr.evaluation import RerankEvaluator
     from hf_dr.models import load_encoder
@@ -216,6 +218,7 @@ def test_dev_evaluation_encodes_each_document_once_with_a_progress_bar(tiny_bert
             assert again[q][d] == pytest.approx(run[q][d], abs=1e-5)
 
 
+@pytest.mark.pipeline
 def test_pseudo_dev_set_is_small_with_hard_negatives(tmp_path):
     """The dev set: per held-out query its teacher's top 10 + 10 negatives from the teacher's ranks
     below 20 of the BM25 candidates (20 candidates, not the 100 of papers/004)."""
@@ -285,6 +288,7 @@ def _containment(tmp_path, student, method, teacher_dir):
     return _containment(run, labels, student, fp, dev.scores("dev_step0", student, fp))
 
 
+@pytest.mark.pipeline
 def test_a_berm_student_around_the_teachers_dense_model_is_contained(tiny_bert_dir, tmp_path):
     """BERM wraps the teacher's dense model: another fingerprint, the same model. Contained by the
     identity it records (its base model), and its ranking agrees with the dense half's."""
@@ -307,6 +311,7 @@ def test_a_berm_student_around_the_teachers_dense_model_is_contained(tiny_bert_d
     assert c["contained"] is True and c["by"] == "behaviour" and c["kendall_tau"] >= CONTAINED_TAU
 
 
+@pytest.mark.pipeline
 def test_an_unrelated_student_is_not_contained(tiny_bert_dir, tiny_tokenizer, tmp_path):
     from hf_dr.adaptation.methods import get_method
     from hf_dr.models import load_encoder
@@ -328,6 +333,7 @@ def judged_data(tmp_path_factory):
     return d, set(dev_ids)
 
 
+@pytest.mark.pipeline
 def test_judged_dev_queries_choose_and_never_train(judged_data, tiny_bert_dir, tmp_path, capsys):
     from datasets import load_from_disk
 
@@ -362,6 +368,7 @@ def test_judged_dev_queries_choose_and_never_train(judged_data, tiny_bert_dir, t
     assert "judged dev nDCG@10 | pseudo-dev nDCG@10" in card
 
 
+@pytest.mark.pipeline
 def test_without_judged_queries_the_verdict_rests_on_pseudo_labels(tiny_bert_dir, tmp_path, capsys, monkeypatch):
     """... and the starting model's corpus encoding of the label stage (the fusion teacher's dense
     half is this student) serves its step-0 dev evaluation and its test evaluation."""
@@ -387,6 +394,7 @@ def test_without_judged_queries_the_verdict_rests_on_pseudo_labels(tiny_bert_dir
     assert "No query was judged for selection" in (out / "README.md").read_text()
 
 
+@pytest.mark.pipeline
 def test_a_judged_dev_query_of_the_test_split_is_refused(tiny_bert_dir, tmp_path, capsys):
     data = _split_sample(tmp_path / "data")
     test = (data / "qrels" / "test.tsv").read_text().splitlines()
@@ -398,6 +406,7 @@ def test_a_judged_dev_query_of_the_test_split_is_refused(tiny_bert_dir, tmp_path
     shutil.rmtree(data)
 
 
+@pytest.mark.pipeline
 def test_labels_that_trained_on_a_judged_dev_query_are_refused(tiny_bert_dir, tmp_path, capsys):
     """A `hf-dr label` folder made before qrels/dev.tsv judged some of its queries: its triplets
     train on queries that now choose the checkpoint. Refused; `hf-dr label` leaves them out now."""

@@ -1,0 +1,47 @@
+"""Habits of the codebase: the linter's rules hold (when ruff is installed), and no code or comment
+names an issue number (the history is in git)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from .conftest import REPO
+
+CODE_DIRS = ("hf_dr", "tests", "benchmarks", "examples", "dataset_builders", "spaces", ".ci")
+# "#23", "(#23)", "issue 23", "issue #23" — not a colour ("#1f77b4") nor an anchor ("x.md#tests")
+ISSUE_REF = re.compile(r"(?<![\w/.-])(?:issue\s+#?\d+|#\d{1,4}\b(?![0-9a-fA-F]))", re.IGNORECASE)
+
+
+def _code_files():
+    for d in CODE_DIRS:
+        root = REPO / d
+        if root.is_dir():
+            yield from (p for p in root.rglob("*") if (p.suffix in (".py", ".sh") or p.name == "run")
+                        and p.name != "test_codebase.py")  # this file spells the pattern out
+
+
+def test_no_issue_numbers_in_code_or_comments():
+    hits = [f"{p.relative_to(REPO)}:{i}: {line.strip()[:100]}" for p in _code_files()
+            for i, line in enumerate(p.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
+            if ISSUE_REF.search(line)]
+    assert not hits, "issue numbers in code (the history is in git):\n" + "\n".join(hits[:30])
+
+
+def test_the_pattern_finds_issue_numbers_and_nothing_else():
+    assert ISSUE_REF.search("# the fusion teacher (#21)") and ISSUE_REF.search('"""Issue #23, items 2"""')
+    assert ISSUE_REF.search("see issue 14 for the cases")
+    assert not ISSUE_REF.search('color="#1f77b4"') and not ISSUE_REF.search("docs/development.md#tests")
+    assert not ISSUE_REF.search("x[0] # 8 rows") and not ISSUE_REF.search("passage_id = f'{doc}#{n}'")
+
+
+@pytest.mark.cli
+def test_ruff_passes():
+    ruff = shutil.which("ruff")
+    if ruff is None:
+        pytest.skip("ruff is not installed (the dev extra installs it)")
+    r = subprocess.run([ruff, "check", "."], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
