@@ -28,6 +28,7 @@ def folders(tmp_path_factory):
     return root
 
 
+@pytest.mark.pipeline
 def test_chain_runs_and_resumes(tiny_bert_dir, folders):
     args = CAIArguments(backbone=str(tiny_bert_dir), target_data=str(folders / "data"), source_data=str(folders / "data"),
                         output_dir=str(folders / "run"), delta_v=50, max_vocab_iterations=1, mlm_steps=2,
