@@ -328,16 +328,21 @@ class RetrievalTrainer(Trainer):
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         if self.is_deepspeed_enabled or self.is_fsdp_enabled or \
-                not (Path(resume_from_checkpoint) / "model.safetensors").is_file():
+                not _safetensors_in(resume_from_checkpoint):
             return super()._load_from_checkpoint(resume_from_checkpoint, model)
         self._load_weights(resume_from_checkpoint, model)
 
     def _load_best_model(self):
         best = self.state.best_model_checkpoint
         if self.is_deepspeed_enabled or self.is_fsdp_enabled or best is None or \
-                not (Path(best) / "model.safetensors").is_file():
+                not _safetensors_in(best):
             return super()._load_best_model()
         self._load_weights(best)
+
+
+def _safetensors_in(folder) -> bool:
+    """The folder's weights are safetensors: one file, or shards with their index."""
+    return any((Path(folder) / f).is_file() for f in ("model.safetensors", "model.safetensors.index.json"))
 
 
 def load_checkpoint_into(model: torch.nn.Module, folder: str | os.PathLike) -> None:

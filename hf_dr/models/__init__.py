@@ -98,7 +98,14 @@ def read_checkpoint(path: str | os.PathLike, expected) -> dict:
     as missing / unexpected keys (and a shape mismatch still fails in ``load_state_dict``)."""
     from safetensors.torch import load_file
 
-    state = load_file(str(path))
+    path = Path(path)
+    index = path.parent / (path.name + ".index.json")
+    if not path.is_file() and index.is_file():  # sharded (a SPLADE-CAI folder: mlm.* and idf)
+        state = {}
+        for shard in sorted(set(json.loads(index.read_text())["weight_map"].values())):
+            state.update(load_file(str(path.parent / shard)))
+    else:
+        state = load_file(str(path))
     want = set(expected)
     for key in [k for k in state if k not in want]:
         for pattern, name in _LEGACY_KEYS:
