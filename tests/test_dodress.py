@@ -323,7 +323,8 @@ def tiny_t5(tmp_path_factory):
 def test_monot5_is_eq3(tiny_t5):
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    from hf_dr.labeling.rerankers import MonoT5Reranker, get_reranker
+    from hf_dr.labeling.rerankers import MonoT5Reranker
+    from hf_dr.labeling.teacher import get_reranker
 
     rr = get_reranker(f"monot5:{tiny_t5}", device="cpu")
     assert isinstance(rr, MonoT5Reranker)
@@ -341,7 +342,7 @@ def test_monot5_is_eq3(tiny_t5):
 def test_cross_encoder_gives_raw_logits(tmp_path, tiny_tokenizer):
     from transformers import BertConfig, BertForSequenceClassification
 
-    from hf_dr.labeling.rerankers import get_reranker
+    from hf_dr.labeling.teacher import get_reranker
 
     torch.manual_seed(0)
     cfg = BertConfig(vocab_size=len(tiny_tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,

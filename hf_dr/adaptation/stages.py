@@ -260,14 +260,14 @@ def _label_doc_vectors(run: Run, fingerprint: str, data=None) -> tuple[list[str]
     the run's max length and precision, when it is in the work folder's cache; else None."""
     import numpy as np
 
+    from ..labeling.context import DOC_EMBEDDINGS_STAGE, LabelKeys
     from ..precision import dtype_name as precision_name
     from ..precision import encoding_dtype
 
     data = data if data is not None else run.data
-    dt = precision_name(encoding_dtype(run.student))
-    key = {"corpus": data.corpus_fingerprint(), "model": fingerprint, "max_length": run.max_length,
-           **({"dtype": dt} if dt != "fp32" else {})}
-    p = run.cache.path("doc_embeddings", key, ".npy")
+    key = LabelKeys.dense_of(data.corpus_fingerprint(), fingerprint, run.max_length,
+                             precision_name(encoding_dtype(run.student)))
+    p = run.cache.path(DOC_EMBEDDINGS_STAGE, key, ".npy")
     if not p.is_file():
         return None
     mat = np.load(p, mmap_mode="r")
@@ -289,7 +289,9 @@ def _dense_teacher(run: Run):
         return dense, cfg.dense_teacher
     if not getattr(run.student, "output_is_sparse", False):
         return run.student, cfg.model
-    if cfg.teacher == "fusion" or cfg.negatives == "simans":  # a sparse student: the quickstart's dense model
+    from ..labeling.teacher import parse_teacher
+
+    if parse_teacher(cfg.teacher).needs_dense or cfg.negatives == "simans":  # a sparse student: the quickstart's
         dense_name = default_model_path()
         run.say("label: the dense half of the teacher / SimANS is all-MiniLM-L6-v2, the quickstart's model "
                 "(--dense-teacher to change)")
