@@ -112,6 +112,32 @@ def check_config(cfg: AdaptConfig) -> None:
 
         if SavedIndex(cfg.bm25_index).backend != "bm25":  # not an index folder: SavedIndexError, a ValueError
             raise AdaptError(f"--index {cfg.bm25_index} is not a BM25 index (hf-dr index --data DIR --backend bm25)")
+    _check_queries(cfg)
+    if cfg.labels is None:
+        try:
+            PseudoLabelConfig(split=cfg.split, bm25_top=cfg.bm25_top, k=cfg.k, m=cfg.m, negatives=cfg.negatives,
+                              dev_queries=cfg.dev_queries, max_queries=cfg.max_queries).validate()
+        except ValueError as e:
+            raise AdaptError(str(e)) from None
+    else:
+        lab = Path(cfg.labels).expanduser()
+        if not (lab / "state.json").is_file() or not (lab / "dev" / "state.json").is_file():
+            raise AdaptError(f"--labels {cfg.labels} is not a `hf-dr label` output folder (a datasets folder "
+                             "with the triplets and dev/)")
+    _check_judged_dev(cfg)
+    method.check(cfg)
+    work = work_dir(cfg)
+    out = Path(cfg.output).expanduser()
+    if work.resolve() == out.resolve() or out.resolve() in work.resolve().parents:
+        raise AdaptError(f"--work-dir {work} lies inside the output folder {out}, which is replaced as a whole")
+    check_output_folder(out, overwrite=cfg.overwrite,
+                        inputs=local_inputs(cfg.data, cfg.model, cfg.labels, cfg.dense_teacher, cfg.rem, cfg.bm25_index,
+                                            work))
+
+
+def _check_queries(cfg: AdaptConfig) -> None:
+    """Refuse what the training queries cannot be: an unknown ``--queries``, generation options
+    without generated queries, a folder that cannot be generated from."""
     if cfg.queries not in ("auto", "generate", "fill"):
         raise AdaptError(f"--queries {cfg.queries!r}: auto (the folder's own, generated when it has none), generate "
                          "or fill (the folder's own plus generated ones)")
@@ -139,26 +165,6 @@ def check_config(cfg: AdaptConfig) -> None:
     elif cfg.generator is not None or cfg.queries_per_doc is not None or cfg.num_queries is not None:
         raise AdaptError("--generator / --queries-per-doc / --num-queries apply to generated queries: "
                          f"{cfg.data} has its own queries.jsonl (--queries generate ignores it)")
-    if cfg.labels is None:
-        try:
-            PseudoLabelConfig(split=cfg.split, bm25_top=cfg.bm25_top, k=cfg.k, m=cfg.m, negatives=cfg.negatives,
-                              dev_queries=cfg.dev_queries, max_queries=cfg.max_queries).validate()
-        except ValueError as e:
-            raise AdaptError(str(e)) from None
-    else:
-        lab = Path(cfg.labels).expanduser()
-        if not (lab / "state.json").is_file() or not (lab / "dev" / "state.json").is_file():
-            raise AdaptError(f"--labels {cfg.labels} is not a `hf-dr label` output folder (a datasets folder "
-                             "with the triplets and dev/)")
-    _check_judged_dev(cfg)
-    method.check(cfg)
-    work = work_dir(cfg)
-    out = Path(cfg.output).expanduser()
-    if work.resolve() == out.resolve() or out.resolve() in work.resolve().parents:
-        raise AdaptError(f"--work-dir {work} lies inside the output folder {out}, which is replaced as a whole")
-    check_output_folder(out, overwrite=cfg.overwrite,
-                        inputs=local_inputs(cfg.data, cfg.model, cfg.labels, cfg.dense_teacher, cfg.rem, cfg.bm25_index,
-                                            work))
 
 
 def _check_judged_dev(cfg: AdaptConfig) -> None:
@@ -194,7 +200,7 @@ def _models_as_folders(cfg: AdaptConfig) -> AdaptConfig:
         why = trainable_as_folder(obj)
         if why:
             raise AdaptError(f"{field_name}: this {type(obj).__name__} cannot be adapted by hf-dr: {why}")
-        from ..embeddings import model_fingerprint
+        from ..fingerprints import model_fingerprint
 
         folder = work_dir(cfg) / "inputs" / f"{field_name}-{model_fingerprint(as_encoder(obj))[:16]}"
         if not (folder / "modules.json").is_file():

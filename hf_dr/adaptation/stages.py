@@ -24,7 +24,7 @@ from .verdict import CONTAINED_TAU, JUDGED_DEV_MAX, JUDGED_POOL, decide, rank_ag
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["STAGES", "METRICS", "Run", "Labels", "Trained", "Selection", "Evaluation", "start", "generate", "label",
+__all__ = ["STAGES", "METRICS", "AdaptRun", "Labels", "Trained", "Selection", "Evaluation", "start", "generate", "label",
            "judged_dev", "train", "select", "evaluate", "write", "results_table"]
 
 #: the stages in their order ("generate": queries for a corpus that has none, or --queries generate)
@@ -37,7 +37,7 @@ METRICS = ("ndcg@10", "recall@100")
 
 
 @dataclass
-class Run:
+class AdaptRun:
     """What every stage of one run reads (:func:`start`)."""
 
     cfg: AdaptConfig  # resolved: each field the method leaves unset holds its default
@@ -56,7 +56,7 @@ class Run:
     started: float = field(default_factory=time.time)
 
 
-def start(cfg: AdaptConfig, say: Callable[[str], None]) -> Run:
+def start(cfg: AdaptConfig, say: Callable[[str], None]) -> AdaptRun:
     """The run of a checked, resolved ``cfg``: its work folder, the target corpus and training
     queries, the method's untrained starting model at its max length."""
     from ..data import beir
@@ -74,11 +74,11 @@ def start(cfg: AdaptConfig, say: Callable[[str], None]) -> Run:
     student.encode_dtype = cfg.dtype
     max_length = cfg.max_length or own_max_length(student)
     set_max_length(student, max_length)
-    return Run(cfg, method, work, cache, say, data, queries, has_train_qrels, student, max_length, started=started)
+    return AdaptRun(cfg, method, work, cache, say, data, queries, has_train_qrels, student, max_length, started=started)
 
 
 # ----------------------------------------------------------------------------- generate
-def generate(run: Run) -> None:
+def generate(run: AdaptRun) -> None:
     """The training queries made from the corpus (:func:`hf_dr.generation.generate_to_folder`), when
     :func:`~.config.generates_queries`: ``run.queries`` and ``run.sources`` (each query's document),
     in a folder of the stage cache keyed on the corpus, the generator, the counts and the seed (a
@@ -143,7 +143,7 @@ class Labels:
     minutes: float
 
 
-def label(run: Run) -> Labels:
+def label(run: AdaptRun) -> Labels:
     """DoDress pseudo-relevance labels of the training queries
     (:func:`~hf_dr.labeling.pseudo_relevance.build_pseudo_labels`, its stages cached in the work
     folder's ``cache/``), or a ``hf-dr label`` folder given as ``cfg.labels``."""
@@ -190,7 +190,7 @@ def label(run: Run) -> Labels:
                   stats.get("reranker") or cfg.teacher, minutes)
 
 
-def judged_dev(run: Run, labels: Labels) -> Labels:
+def judged_dev(run: AdaptRun, labels: Labels) -> Labels:
     """``labels`` with the user's judged dev queries (``qrels/dev.tsv``) added to its dev set: a
     candidate pool per judged query (its BM25 top :data:`~.verdict.JUDGED_POOL` and every document
     judged for it), graded by the judgments (unjudged candidates 0). Selection then uses them.
@@ -254,7 +254,7 @@ def judged_dev(run: Run, labels: Labels) -> Labels:
     return dataclasses.replace(labels, dev=dev_set)
 
 
-def _label_doc_vectors(run: Run, fingerprint: str, data=None) -> tuple[list[str], Any] | None:
+def _label_doc_vectors(run: AdaptRun, fingerprint: str, data=None) -> tuple[list[str], Any] | None:
     """``(doc_ids, matrix)``: the label stage's encoding of the corpus by the model of
     ``fingerprint`` (the fusion teacher's dense half: the student itself for a dense student) at
     the run's max length and precision, when it is in the work folder's cache; else None."""
@@ -275,7 +275,7 @@ def _label_doc_vectors(run: Run, fingerprint: str, data=None) -> tuple[list[str]
     return (ids, mat) if mat.ndim == 2 and mat.shape[0] == len(ids) else None
 
 
-def _dense_teacher(run: Run):
+def _dense_teacher(run: AdaptRun):
     """The dense model of the fusion teacher and SimANS, and its name: ``--dense-teacher``, else the
     student when it is dense, else (when one is needed) the quickstart's model."""
     from ..models import default_model_path, load_encoder
@@ -318,11 +318,11 @@ class Trained:
     containment: dict = field(default_factory=dict)  # does the teacher contain the student (_containment)
 
 
-def train(run: Run, labels: Labels) -> Trained:
+def train(run: AdaptRun, labels: Labels) -> Trained:
     """The starting model scored on the dev set (step 0); the method's preparation; its training on
     a copy of the model, in a folder keyed on (method, starting weights, labels, hyper-parameters)
     whose checkpoints a crashed run resumes from."""
-    from ..embeddings import model_fingerprint
+    from ..fingerprints import model_fingerprint
 
     cfg, method, student, say = run.cfg, run.method, run.student, run.say
     start_fp = model_fingerprint(student)
@@ -368,7 +368,7 @@ def _as_vectors(found):
     return {d: mat[i] for i, d in enumerate(ids)}
 
 
-def _containment(run: Run, labels: Labels, student, start_fp: str, start_scores: dict) -> dict:
+def _containment(run: AdaptRun, labels: Labels, student, start_fp: str, start_scores: dict) -> dict:
     """Whether the teacher contains the starting model (its dev labels then favour it): a fusion
     teacher whose dense half is the student, or the dense model the student is built on (recorded
     identity: :meth:`~hf_dr.adaptation.methods.Method.base_fingerprints`), or ranks the pseudo-dev
@@ -406,10 +406,10 @@ def _containment(run: Run, labels: Labels, student, start_fp: str, start_scores:
             "why": f"mean Kendall tau over {agreement['queries']} pseudo-dev queries' candidates"}
 
 
-def _teacher_dense_model(run: Run, fingerprint: str):
+def _teacher_dense_model(run: AdaptRun, fingerprint: str):
     """The labels' dense model when at hand (``--dense-teacher``, else the quickstart's model that
     a sparse student's labels use) and its weights are those recorded (``fingerprint``); else None."""
-    from ..embeddings import model_fingerprint
+    from ..fingerprints import model_fingerprint
     from ..models import default_model_path, load_encoder
 
     for name in dict.fromkeys(x for x in (run.cfg.dense_teacher, default_model_path()) if x):
@@ -445,7 +445,7 @@ class Selection:
     fell: dict | None = None  # generated queries, contained teacher: the best checkpoint's significant fall (verdict.decide)
 
 
-def select(run: Run, labels: Labels, trained: Trained) -> Selection:
+def select(run: AdaptRun, labels: Labels, trained: Trained) -> Selection:
     """The best checkpoint by dev nDCG@10, the untrained starting model included as "step 0" (no
     checkpoint beating it keeps it). With judged dev queries (``qrels/dev.tsv``) the nDCG@10 is
     theirs, and step 0 always competes. Without them it is the pseudo-labels', and step 0 is no
@@ -517,7 +517,7 @@ def select(run: Run, labels: Labels, trained: Trained) -> Selection:
                      verdict, sentence, comparison, pseudo, fell)
 
 
-def _fell(run: Run, labels: Labels, trained: Trained, best_step: int) -> dict | None:
+def _fell(run: AdaptRun, labels: Labels, trained: Trained, best_step: int) -> dict | None:
     """Generated training queries and a teacher that contains the starting model (no judged dev query):
     the pseudo-dev set cannot show a checkpoint better than the start (its labels favour the start), but
     it can show one worse. The best trained checkpoint's paired comparison with the start on the
@@ -539,7 +539,7 @@ def _fell(run: Run, labels: Labels, trained: Trained, best_step: int) -> dict | 
             "compared_step": best_step}
 
 
-def _load_output(run: Run, folder: Path):
+def _load_output(run: AdaptRun, folder: Path):
     """A saved model of the run (the selected one, a checkpoint), with the run's prompts and precision."""
     from ..models import load_encoder
 
@@ -562,7 +562,7 @@ class Evaluation:
     p_value: float | None = None
 
 
-def evaluate(run: Run, chosen: Selection) -> Evaluation:
+def evaluate(run: AdaptRun, chosen: Selection) -> Evaluation:
     """The starting and the selected model on the test split, read only now (when it has qrels),
     each evaluation cached by the model's weights and the test data."""
     from ..data import beir
@@ -578,7 +578,7 @@ def evaluate(run: Run, chosen: Selection) -> Evaluation:
         return _load_output(run, folder)
 
     # the starting model's corpus encoding of the label stage (a dense student labelled with itself)
-    from ..embeddings import model_fingerprint
+    from ..fingerprints import model_fingerprint
 
     before = _evaluate_cached(run.cache, run.student, test,
                               _label_doc_vectors(run, model_fingerprint(run.student), test))
@@ -599,7 +599,7 @@ def _evaluate_cached(cache: StageCache, model, test, doc_vectors=None) -> dict:
     """``{"aggregate", "per_query", "n_queries"}`` of ``model`` on the test split (the one
     :func:`hf_dr.evaluation.evaluate` path), cached by the model's weights and the test data.
     ``doc_vectors``: ``(doc_ids, matrix)``, the corpus encoded by this model already (not again)."""
-    from ..embeddings import model_fingerprint
+    from ..fingerprints import model_fingerprint
     from ..factory import evaluate_model
     from ..precision import dtype_name as precision_name
     from ..precision import encoding_dtype
@@ -629,7 +629,7 @@ def _ttest(after: dict, before: dict) -> tuple[float, float]:
 
 
 # ----------------------------------------------------------------------------- write
-def write(run: Run, labels: Labels, trained: Trained, chosen: Selection, evaluation: Evaluation) -> dict:
+def write(run: AdaptRun, labels: Labels, trained: Trained, chosen: Selection, evaluation: Evaluation) -> dict:
     """``OUT/model`` (the Hub folder of the model's kind, as ``hf-dr push`` writes it), ``OUT/README.md``
     and ``OUT/metrics.json``, written whole; returns the metrics."""
     metrics = _metrics(run, labels, trained, chosen, evaluation)
@@ -639,7 +639,7 @@ def write(run: Run, labels: Labels, trained: Trained, chosen: Selection, evaluat
     return metrics
 
 
-def _metrics(run: Run, labels: Labels, trained: Trained, chosen: Selection, ev: Evaluation) -> dict:
+def _metrics(run: AdaptRun, labels: Labels, trained: Trained, chosen: Selection, ev: Evaluation) -> dict:
     """metrics.json: what was run, before / after, the selection and the budget."""
     cfg, method, record, stats = run.cfg, run.method, trained.record, labels.stats
     below = ev.after["aggregate"]["ndcg@10"] < ev.before["aggregate"]["ndcg@10"] if ev.before is not None else None
@@ -706,7 +706,7 @@ def results_table(m: dict) -> str:
     return "\n".join(lines)
 
 
-def _write_output(run: Run, out: Path, selected_dir: Path, metrics: dict, after) -> None:
+def _write_output(run: AdaptRun, out: Path, selected_dir: Path, metrics: dict, after) -> None:
     from ..hub import prepare_model_folder
     from ..hub.cards import write_card
     from ..io import atomic_write_json, local_inputs, output_folder

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..io import local_inputs, read_json
+from ..io import local_inputs, read_json_or_empty
 from .cards import card_template, render_dataset_card, write_card
 from .errors import HubError
 from .paths import public_values
@@ -60,7 +60,7 @@ def _pseudo_labels_stats(data) -> dict | None:
     if not isinstance(data, (str, os.PathLike)):
         return None
     p = Path(data)
-    stats = read_json(p / "stats.json") if (p / "state.json").is_file() else {}
+    stats = read_json_or_empty(p / "stats.json") if (p / "state.json").is_file() else {}
     if not isinstance(stats.get("config"), dict):
         return None
     if not stats.get("command") and (p / "README.md").is_file():  # a folder written before stats held it

@@ -22,8 +22,8 @@ below its top-20 separate checkpoints on what nDCG@10 measures, the order at the
 Every stage (BM25 run, corpus / query embeddings, dense run, reranked run, triplets) is
 cached under ``cache_dir`` (default: ``.NAME.cache`` beside the output folder ``NAME``) in a
 file named by the hash of what it depends on — the *content* of its inputs, not their names:
-the corpus texts (:func:`hf_dr.embeddings.corpus_fingerprint`), the query texts, the dense
-model's weights and configuration (:func:`hf_dr.embeddings.model_fingerprint`), the reranker
+the corpus texts (:func:`hf_dr.fingerprints.corpus_fingerprint`), the query texts, the dense
+model's weights and configuration (:func:`hf_dr.fingerprints.model_fingerprint`), the reranker
 (its weights when it is a local folder or a loaded model) and every parameter. A re-run skips
 finished stages, a changed input or parameter recomputes exactly the stages that depend on it
 (an edited corpus or a model retrained in place included), and a crash loses at most the stage
@@ -50,7 +50,7 @@ import numpy as np
 from datasets import Dataset, Features, Value
 from tqdm.auto import tqdm
 
-from ..embeddings import model_fingerprint
+from ..fingerprints import corpus_fingerprint, model_fingerprint
 from ..evaluation import apply_self_match_rule
 from ..hub.datasets import write_dataset_card
 from ..hub.paths import public_command, public_name
@@ -279,11 +279,10 @@ def open_run(data, output_dir, config, *, teacher: Teacher, dense_encoder, dense
 def _fingerprints(data, doc_ids, texts, dense_encoder) -> dict:
     """``corpus_fp``, ``dense_fp`` (the dense model's weights + configuration) and ``dense_dtype``
     (the precision it encodes in, ``--dtype``)."""
-    from ..embeddings import corpus_fingerprint
     from ..precision import dtype_name, encoding_dtype
 
     corpus_fp = data.corpus_fingerprint() if hasattr(data, "corpus_fingerprint") else \
-        corpus_fingerprint(zip(doc_ids, texts))[1]
+        corpus_fingerprint(zip(doc_ids, texts))
     if dense_encoder is None:
         return {"corpus_fp": corpus_fp, "dense_fp": None, "dense_dtype": None}
     return {"corpus_fp": corpus_fp, "dense_fp": model_fingerprint(dense_encoder),

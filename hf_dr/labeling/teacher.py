@@ -58,7 +58,7 @@ class Teacher:
             return _object_identity(self.obj)
         if self.kind == "fusion":
             return {"name": "fusion", "weights": list(FUSION_WEIGHTS)}
-        from ..stage_cache import folder_fingerprint
+        from ..fingerprints import folder_fingerprint
 
         local = Path(self.model).expanduser()
         if local.exists():  # a local folder: its files, wherever it lives
@@ -144,7 +144,7 @@ def _object_identity(reranker) -> dict:
     """A loaded reranker's identity: its name and class, its models' weights, its fusion weights."""
     import torch
 
-    from ..embeddings import model_fingerprint
+    from ..fingerprints import model_fingerprint
 
     ident: dict = {"name": getattr(reranker, "name", type(reranker).__name__), "class": type(reranker).__name__}
     for attr in ("model", "encoder"):

@@ -70,7 +70,7 @@ class DevSet:
     def scores(self, stage: str, model, fingerprint: str | None = None, doc_vectors=None) -> dict:
         """:meth:`evaluate`, cached as ``stage`` (``fingerprint``: the model's, when known;
         ``doc_vectors``: documents this model has encoded already)."""
-        from ...embeddings import model_fingerprint
+        from ...fingerprints import model_fingerprint
 
         key = {"model": fingerprint or model_fingerprint(model), "dev": self.key, "max_length": self.max_length,
                "v": 2}
@@ -182,7 +182,7 @@ class Method:
         return self.save(cfg, self.checkpoint_to_model(init, checkpoint), folder)
 
     def base_fingerprints(self, cfg: AdaptConfig, student) -> list[str]:
-        """Fingerprints (:func:`hf_dr.embeddings.model_fingerprint`) of the dense models the student
+        """Fingerprints (:func:`hf_dr.fingerprints.model_fingerprint`) of the dense models the student
         is built on, besides its own (e.g. the backbone a ``BERMEncoder`` wraps): a fusion teacher
         whose dense half is one of them contains the student. By default what the student records
         as ``base_fingerprints``."""

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ...stage_cache import digest, folder_fingerprint
+from ...fingerprints import folder_fingerprint
+from ...stage_cache import digest
 from ..config import AdaptError, dtype_key
 from ..student import set_max_length
 from .base import Prepared, TrainingSetup, TripletMethod
