@@ -1,10 +1,12 @@
 """The stages of ``hf-dr adapt``, in their order (:data:`STAGES`): each a function of typed inputs
-and outputs, cached under its own key in the run's work folder. None names a method: what differs
-between methods is asked of the run's :class:`~hf_dr.adaptation.methods.Method`."""
+and outputs, cached under its own key in the run's work folder. Each reads the run's resolved plan
+(``run.cfg``, a :class:`~hf_dr.adaptation.plan.AdaptPlan`). None names a method nor a method's
+option: what differs between methods is asked of the run's :class:`~hf_dr.adaptation.methods.Method`."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 import shutil
@@ -16,9 +18,9 @@ from typing import Any
 
 from ..hub.paths import hub_id, public_command, public_name
 from ..stage_cache import StageCache, dataset_digest, digest
-from .config import (AdaptConfig, AdaptError, default_num_queries, dtype_key, dtype_name, eval_steps,
-                     fills_queries, generates_queries, work_dir)
-from .methods import DevSet, Method, Prepared, TrainInputs, get_method, registered_methods, resolved_config
+from .config import AdaptError
+from .methods import DevSet, Method, Prepared, TrainInputs, get_method, registered_methods
+from .plan import AdaptPlan
 from .student import own_max_length, save_model, set_max_length, with_prompts
 from .verdict import CONTAINED_TAU, JUDGED_DEV_MAX, JUDGED_POOL, decide, rank_agreement, resolution
 
@@ -40,7 +42,7 @@ METRICS = ("ndcg@10", "recall@100")
 class AdaptRun:
     """What every stage of one run reads (:func:`start`)."""
 
-    cfg: AdaptConfig  # resolved: each field the method leaves unset holds its default
+    cfg: AdaptPlan  # the resolved plan: the method's defaults applied, the derived values computed
     method: Method
     work: Path  # the work folder: stage caches, training runs
     cache: StageCache
@@ -56,16 +58,16 @@ class AdaptRun:
     started: float = field(default_factory=time.time)
 
 
-def start(cfg: AdaptConfig, say: Callable[[str], None]) -> AdaptRun:
-    """The run of a checked, resolved ``cfg``: its work folder, the target corpus and training
-    queries, the method's untrained starting model at its max length."""
+def start(cfg: AdaptPlan, say: Callable[[str], None]) -> AdaptRun:
+    """The run of a resolved plan (:func:`~hf_dr.adaptation.plan.resolve`): its work folder, the
+    target corpus and training queries, the method's untrained starting model at its max length."""
     from ..data import beir
 
-    work = work_dir(cfg)
+    work = cfg.work
     work.mkdir(parents=True, exist_ok=True)
     cache = StageCache(work / "cache")
     started = time.time()
-    if generates_queries(cfg):  # the corpus only: the generate stage makes the training queries
+    if cfg.generates_queries:  # the corpus only: the generate stage makes the training queries
         data, queries, has_train_qrels = beir.load_corpus_data(cfg.data), {}, False
     else:  # the corpus and the training queries only (never their labels; the test split is not read here)
         data, queries, has_train_qrels = beir.load_training_queries(cfg.data, split=cfg.split)
@@ -80,22 +82,22 @@ def start(cfg: AdaptConfig, say: Callable[[str], None]) -> AdaptRun:
 # ----------------------------------------------------------------------------- generate
 def generate(run: AdaptRun) -> None:
     """The training queries made from the corpus (:func:`hf_dr.generation.generate_to_folder`), when
-    :func:`~.config.generates_queries`: ``run.queries`` and ``run.sources`` (each query's document),
+    the plan ``generates_queries``: ``run.queries`` and ``run.sources`` (each query's document),
     in a folder of the stage cache keyed on the corpus, the generator, the counts and the seed (a
-    killed generation resumes from its finished shards). With :func:`~.config.fills_queries`, the
-    generated queries join the folder's own (as many as bring them to
-    :func:`~.config.default_num_queries`; ``run.sources`` holds the generated ones only, and the dev
+    killed generation resumes from its finished shards). When it ``fills_queries``, the
+    generated queries join the folder's own (as many as bring them to its
+    ``default_num_queries``; ``run.sources`` holds the generated ones only, and the dev
     set is drawn from the folder's own). Otherwise records the folder's own queries."""
     from ..generation import DEFAULT_GENERATOR, generate_to_folder, get_generator
 
     cfg, say = run.cfg, run.say
     own = len(run.queries)
-    fill = fills_queries(cfg)
-    total = cfg.num_queries or (max(0, default_num_queries(cfg) - own) if fill else default_num_queries(cfg))
-    if not (generates_queries(cfg) or fill) or total == 0:
+    fill = cfg.fills_queries
+    total = cfg.num_queries or (max(0, cfg.default_num_queries - own) if fill else cfg.default_num_queries)
+    if not (cfg.generates_queries or fill) or total == 0:
         if fill:
             say(f"generate: none (--queries fill: the folder's {own} queries reach the budget of "
-                f"{default_num_queries(cfg)})")
+                f"{cfg.default_num_queries})")
         run.query_source = {"source": "data", "queries": own}
         return
     t0 = time.time()
@@ -149,9 +151,9 @@ def label(run: AdaptRun) -> Labels:
     folder's ``cache/``), or a ``hf-dr label`` folder given as ``cfg.labels``."""
     from datasets import load_from_disk
 
-    from ..labeling.pseudo_relevance import PseudoLabelConfig, build_pseudo_labels
+    from ..labeling.pseudo_relevance import build_pseudo_labels
 
-    cfg, say, student, max_length = run.cfg, run.say, run.student, run.max_length
+    cfg, say, max_length = run.cfg, run.say, run.max_length
     t0 = time.time()
     if cfg.labels:
         lab = Path(cfg.labels).expanduser()
@@ -164,9 +166,7 @@ def label(run: AdaptRun) -> Labels:
         say(f"label: reusing {cfg.labels} ({len(train)} triplets, {len(dev)} dev rows)")
     else:
         dense, dense_name = _dense_teacher(run)
-        pl_cfg = PseudoLabelConfig(split=cfg.split, bm25_top=cfg.bm25_top, k=cfg.k, m=cfg.m, negatives=cfg.negatives,
-                                   dev_queries=cfg.dev_queries, max_queries=cfg.max_queries, seed=cfg.seed,
-                                   dense_max_length=max_length if dense is not None else None)
+        pl_cfg = dataclasses.replace(cfg.label_config, dense_max_length=max_length if dense is not None else None)
         bm25 = None
         if cfg.bm25_index:
             from ..retrieval.saved import SavedIndex
@@ -211,7 +211,7 @@ def judged_dev(run: AdaptRun, labels: Labels) -> Labels:
     qrels = {str(q): {str(d): int(g) for d, g in docs.items()} for q, docs in dev.qrels.items()
              if any(int(g) > 0 for g in docs.values())}
     texts = dev.split_queries()
-    qids = sorted(q for q in qrels if q in texts)  # none judged in qrels/test.tsv (pipeline.check_config)
+    qids = sorted(q for q in qrels if q in texts)  # none judged in qrels/test.tsv (plan.resolve)
     labelled = {str(q) for ds in (labels.train, labels.dev.rows) if "query_id" in ds.column_names
                 for q in ds["query_id"]}
     trained_on = sorted(set(qids) & labelled)
@@ -289,9 +289,7 @@ def _dense_teacher(run: AdaptRun):
         return dense, cfg.dense_teacher
     if not getattr(run.student, "output_is_sparse", False):
         return run.student, cfg.model
-    from ..labeling.teacher import parse_teacher
-
-    if parse_teacher(cfg.teacher).needs_dense or cfg.negatives == "simans":  # a sparse student: the quickstart's
+    if cfg.needs_dense_teacher:  # a sparse student: the quickstart's dense model
         dense_name = default_model_path()
         run.say("label: the dense half of the teacher / SimANS is all-MiniLM-L6-v2, the quickstart's model "
                 "(--dense-teacher to change)")
@@ -341,7 +339,7 @@ def train(run: AdaptRun, labels: Labels) -> Trained:
         else {"dev": labels.dev.key}
     params = {"method": cfg.method, "init": start_fp if init is student else model_fingerprint(init),
               "labels": label_key, "max_steps": cfg.max_steps, "batch_size": cfg.batch_size, "lr": cfg.learning_rate,
-              "max_length": run.max_length, "eval_steps": eval_steps(cfg), "seed": cfg.seed, **dtype_key(cfg),
+              "max_length": run.max_length, "eval_steps": cfg.eval_steps, "seed": cfg.seed, **cfg.dtype_key,
               "revision": TRAINING_REVISION, **method.train_key(cfg)}
     run_dir = run.work / f"train-{cfg.method}-{digest(params)}"
     done = run_dir / "DONE.json"
@@ -667,11 +665,11 @@ def _metrics(run: AdaptRun, labels: Labels, trained: Trained, chosen: Selection,
         "starting_model_is_candidate": chosen.start_is_candidate,
         # the test score of the last checkpoint when selection chose another: how selection fared
         "last_checkpoint": ev.last,
-        # mlm_steps, margin_scale: the method's own (Method.budget), None for the others
-        "budget": {"steps": cfg.max_steps, "eval_steps": eval_steps(cfg), "batch_size": cfg.batch_size,
+        # the methods' own entries (Method.budget_fields): this run's method's values, None for the others
+        "budget": {"steps": cfg.max_steps, "eval_steps": cfg.eval_steps, "batch_size": cfg.batch_size,
                    "learning_rate": cfg.learning_rate, "max_length": run.max_length,
-                   "mlm_steps": None, "margin_scale": None, **method.budget(cfg, record),
-                   "dtype": dtype_name(cfg), "label_minutes": round(labels.minutes, 2),
+                   **{k: None for m in registered_methods() for k in m.budget_fields}, **method.budget(cfg, record),
+                   "dtype": cfg.dtype_name, "label_minutes": round(labels.minutes, 2),
                    "train_minutes": record.get("minutes", 0.0),
                    "minutes": round((time.time() - run.started) / 60, 2)},
         "label_stats": {k: stats.get(k) for k in ("train_queries", "dev_queries", "triplets", "dev_rows",
@@ -680,7 +678,7 @@ def _metrics(run: AdaptRun, labels: Labels, trained: Trained, chosen: Selection,
         # an entry per reporting method (Method.report), None but for this run's
         **{m.name: None for m in registered_methods() if m.reports},
         **({method.name: method.report(cfg, run.student, trained.prepared)} if method.reports else {}),
-        "config": resolved_config(cfg), "command": public_command(cfg.command), "stages": run.stages,
+        "config": dict(cfg.record), "command": public_command(cfg.command), "stages": run.stages,
     }
 
 
@@ -709,7 +707,7 @@ def results_table(m: dict) -> str:
 def _write_output(run: AdaptRun, out: Path, selected_dir: Path, metrics: dict, after) -> None:
     from ..hub import prepare_model_folder
     from ..hub.cards import write_card
-    from ..io import atomic_write_json, local_inputs, output_folder
+    from ..io import atomic_write_json, output_folder
 
     cfg, work = run.cfg, run.work
     eval_files = []
@@ -718,8 +716,7 @@ def _write_output(run: AdaptRun, out: Path, selected_dir: Path, metrics: dict, a
         atomic_write_json(p, {"metrics": after["aggregate"], "n_queries": after["n_queries"], "data": str(cfg.data),
                               "split": "test", "retriever": f"adapted ({cfg.method})"}, indent=1)
         eval_files.append(p)
-    inputs = local_inputs(cfg.data, cfg.model, cfg.labels, cfg.dense_teacher, cfg.rem, cfg.bm25_index, work)
-    with output_folder(out, overwrite=cfg.overwrite, inputs=inputs) as tmp:
+    with output_folder(out, overwrite=cfg.overwrite, inputs=list(cfg.inputs)) as tmp:
         prepare_model_folder(selected_dir, tmp / "model", metrics=eval_files, base_model=hub_id(cfg.model))
         atomic_write_json(tmp / "metrics.json", metrics, indent=1)
         source = Path(str(cfg.data).rstrip("/")).name
