@@ -196,6 +196,13 @@ def test_stages_are_cached_and_invalidated(tmp_path, tiny_encoder, scifact200, m
     assert set(first.stats["cache"]["computed"]) == {"bm25", "doc_embeddings", "query_embeddings", "rerank",
                                                       "dense_run", "triplets"}
     n = calls["corpus"]
+    # the key adapt looks the corpus encoding up by (LabelKeys.dense_of) is the one the label stage wrote
+    from hf_dr.fingerprints import model_fingerprint
+    from hf_dr.labeling.context import DOC_EMBEDDINGS_STAGE, LabelKeys
+    from hf_dr.stage_cache import StageCache
+
+    key = LabelKeys.dense_of(scifact200.corpus_fingerprint(), model_fingerprint(tiny_encoder), None, "fp32")
+    assert StageCache(cache).path(DOC_EMBEDDINGS_STAGE, key, ".npy").is_file()
     again = _label(scifact200, tmp_path / "a2", tiny_encoder, cache)
     assert again.stats["cache"]["computed"] == [] and calls["corpus"] == n
     assert again.train["neg_id"] == first.train["neg_id"]

@@ -209,8 +209,9 @@ def _inputs(cfg: AdaptConfig, method: Method, options, work: Path) -> tuple:
 # ----------------------------------------------------------------------------- refusals
 def _check_before_defaults(cfg: AdaptConfig) -> None:
     """What the defaults and the derived values cannot be computed from."""
-    if cfg.max_steps is not None and cfg.max_steps < 1:
-        raise AdaptError("--max-steps must be at least 1")
+    for name in ("max_steps", "eval_steps"):  # (eval_steps' rule reads 0 as "not given")
+        if getattr(cfg, name) is not None and getattr(cfg, name) < 1:
+            raise AdaptError(f"--{name.replace('_', '-')} must be at least 1")
     if cfg.queries not in ("auto", "generate", "fill"):
         raise AdaptError(f"--queries {cfg.queries!r}: auto (the folder's own, generated when it has none), generate "
                          "or fill (the folder's own plus generated ones)")
@@ -226,7 +227,7 @@ def _check_flags(plan: AdaptPlan) -> None:
     if plan.split == "test":
         raise AdaptError("--split test would train on the test queries: the test split is for evaluation only "
                          "(use --split train)")
-    for name in ("max_steps", "batch_size", "dev_queries", "k", "m", "bm25_top", "eval_steps"):
+    for name in ("batch_size", "dev_queries", "k", "m", "bm25_top"):
         if getattr(plan, name) < 1:
             raise AdaptError(f"--{name.replace('_', '-')} must be at least 1")
     if plan.labels and plan.bm25_index:

@@ -31,7 +31,10 @@ class MarginMSEOptions:
 
     def __post_init__(self):
         if self.margin_scale is not None:
-            parse_margin_scale(self.margin_scale if self.margin_scale == "auto" else str(self.margin_scale))
+            try:
+                parse_margin_scale(self.margin_scale if self.margin_scale == "auto" else str(self.margin_scale))
+            except ValueError as e:
+                raise ValueError(f"--margin-scale {e}") from None
 
 
 @register_method
