@@ -138,7 +138,8 @@ class Method:
     name: str = ""
     #: what it trains with (``--help``, metrics.json and the card say it)
     description: str = ""
-    #: the configuration of its measured row: AdaptConfig fields left at None take these values
+    #: the configuration of its measured row: AdaptConfig fields left at None, and its own options not
+    #: given, take these values (applied once, by :func:`~hf_dr.adaptation.plan.resolve`)
     defaults: Mapping[str, Any] = {}
     #: what differs from ``defaults`` when the training queries are generated from the corpus (#23;
     #: :func:`~hf_dr.adaptation.config.generates_queries`): the configuration of its measured corpus-only row
