@@ -22,8 +22,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 __all__ = ["OutputError", "output_folder", "check_output_folder", "atomic_write_text", "atomic_write_json",
-           "partial_folder", "publishable_modes", "replace_folder", "check_writable", "one_line_warnings", "local_inputs",
-           "read_json_or_empty"]
+           "partial_folder", "publishable_modes", "replace_folder", "check_writable", "one_line_warnings",
+           "local_inputs", "read_json_or_empty"]
 
 
 class OutputError(ValueError):

@@ -499,4 +499,5 @@ def test_cli_defaults_are_the_method_defaults():
     args = parser.parse_args(["adapt", "--data", "d", "--model", "m", "--method", "cai", "--output", "o",
                               "--vocabulary", "--mlm-steps", "1000", "--max-steps", "1000"])
     cfg = resolve(adapt_cmd.config_from_args(args), check=False)
-    assert (cfg.max_steps, cfg.options.mlm_steps, cfg.options.expand_vocabulary, cfg.eval_steps) == (1000, 1000, True, 200)
+    assert (cfg.max_steps, cfg.options.mlm_steps, cfg.options.expand_vocabulary,
+            cfg.eval_steps) == (1000, 1000, True, 200)

@@ -26,8 +26,8 @@ from .verdict import CONTAINED_TAU, JUDGED_DEV_MAX, JUDGED_POOL, decide, rank_ag
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["STAGES", "METRICS", "AdaptRun", "Labels", "Trained", "Selection", "Evaluation", "start", "generate", "label",
-           "judged_dev", "train", "select", "evaluate", "write", "results_table"]
+__all__ = ["STAGES", "METRICS", "AdaptRun", "Labels", "Trained", "Selection", "Evaluation", "start", "generate",
+           "label", "judged_dev", "train", "select", "evaluate", "write", "results_table"]
 
 #: the stages in their order ("generate": queries for a corpus that has none, or --queries generate)
 STAGES = ("generate", "label", "train", "select", "evaluate", "write")
