@@ -79,7 +79,7 @@ def proxy_rows(data: Path, generators: list[str], n_docs: int, max_length: int, 
     import numpy as np
 
     from hf_dr.data.beir import has_split, load_beir, load_corpus_data
-    from hf_dr.embeddings import model_fingerprint
+    from hf_dr.fingerprints import model_fingerprint
     from hf_dr.generation import generate_to_folder
     from hf_dr.labeling.rerankers import FUSION_REFERENCE_SIZE, FusionReranker
     from hf_dr.models.dense import DenseEncoder

@@ -28,7 +28,6 @@ model, prompts, max length or corpus with an :class:`EmbeddingsError` instead of
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -38,13 +37,13 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from .shards import (ShardedFolderError, all_shards_done, dist, read_json, shard_name, shards_to_do, write_atomic,
-                     write_json)
+from .fingerprints import CorpusHash, model_fingerprint
+from .shards import (ShardedFolderError, all_shards_done, dist, read_json_checked, shard_name, shards_to_do,
+                     write_atomic, write_json)
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Embeddings", "EmbeddingsError", "encode_to_folder", "model_fingerprint", "corpus_fingerprint",
-           "FORMAT_VERSION"]
+__all__ = ["Embeddings", "EmbeddingsError", "encode_to_folder", "FORMAT_VERSION"]
 
 FORMAT_VERSION = 1
 #: plan keys that must agree for a folder to be resumed, or to be used by a retriever
@@ -59,45 +58,6 @@ class EmbeddingsError(ShardedFolderError):
 
 
 # ----------------------------------------------------------------------------- fingerprints
-def model_fingerprint(model) -> str:
-    """A hash of a model's class, configuration and every weight it encodes with (a model lists
-    unused weights' name prefixes in ``fingerprint_skip``): two models with the same fingerprint encode alike. (The tokenizer is covered by its vocabulary size and class.)"""
-    import torch
-
-    h = hashlib.sha256(type(model).__name__.encode())
-    cfg = getattr(model, "config", None)
-    if cfg is not None and hasattr(cfg, "to_dict"):
-        d = {k: v for k, v in cfg.to_dict().items() if k not in ("_name_or_path", "transformers_version")}
-        h.update(json.dumps(d, sort_keys=True, default=str).encode())
-    tok = getattr(model, "tokenizer", None)
-    if tok is not None:
-        h.update(f"{type(tok).__name__}:{len(tok)}".encode())
-        # what the encoder does around the backbone (pooling, normalisation, prefixes), not its max length
-        if hasattr(model, "encoding_settings"):
-            st = {k: v for k, v in model.encoding_settings(is_query=False).items() if k != "max_length"}
-            st["query_prefix"] = model.encoding_settings(is_query=True)["prefix"]
-            h.update(json.dumps(st, sort_keys=True).encode())
-    if isinstance(model, torch.nn.Module):
-        # weights the encoder never uses (e.g. a backbone's pooler, randomly initialised on each load
-        # of an MLM checkpoint) must not make two loads of the same checkpoint differ
-        skip = tuple(getattr(model, "fingerprint_skip", ()))
-        for name, t in sorted(model.state_dict().items()):
-            if skip and name.startswith(skip):
-                continue
-            t = t.detach().cpu().contiguous()
-            h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
-            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()[:32]
-
-
-def corpus_fingerprint(pairs) -> tuple[list[str], str]:
-    """``(doc_ids, hash)`` of an iterable of ``(doc_id, text)``: the hash covers every id and text
-    (:class:`hf_dr.data.beir.CorpusHash`, the one definition)."""
-    from .data.beir import corpus_fingerprint as fingerprint
-
-    return fingerprint(pairs)
-
-
 def _corpus_pairs(corpus):
     """A callable giving a fresh ``(doc_id, text)`` iterator over ``corpus`` each call."""
     from .data.beir import iter_corpus
@@ -137,28 +97,18 @@ def encode_to_folder(model, corpus, output: str | os.PathLike, *, model_name: st
     if shard_size < 1:
         raise ValueError(f"shard_size must be at least 1 (got {shard_size})")
     pairs = _corpus_pairs(corpus)
-    doc_ids, cfp = corpus_fingerprint(pairs())
+    doc_ids, h = [], CorpusHash()
+    for d, t in pairs():
+        doc_ids.append(d)
+        h.update(d, t)
     if not doc_ids:
         raise ValueError("the corpus is empty: nothing to encode")
-    settings = model.encoding_settings(is_query=False, max_length=max_length)
-    from .precision import encoding_dtype
-
-    dtype_name = str(encoding_dtype(model, dtype, device)).replace("torch.", "")
-    plan = {"format": FORMAT_VERSION, "model": str(model_name or getattr(getattr(model, "config", None),
-                                                                           "_name_or_path", "") or type(model).__name__),
-            "model_class": type(model).__name__, "model_fingerprint": model_fingerprint(model),
-            "corpus_fingerprint": cfp, "n_docs": len(doc_ids), "max_length": settings["max_length"],
-            "sparse": settings["sparse"], "prefix": settings["prefix"],
-            "query_prompt": model.encoding_settings(is_query=True)["prefix"], "document_prompt": settings["prefix"],
-            "pooling": settings["pooling"],
-            "normalize": settings["normalize"], "dtype": dtype_name, "shard_size": int(shard_size),
-            "batch_size": int(batch_size)}
+    plan = _plan(model, model_name, h.hexdigest(), len(doc_ids), max_length, dtype, device, shard_size, batch_size)
     n_shards = -(-len(doc_ids) // shard_size)
     (out / "shards").mkdir(parents=True, exist_ok=True)
     plan_file = out / "plan.json"
     if plan_file.is_file():
-        old = read_json(plan_file, EmbeddingsError)
-        diff = [k for k in _IDENTITY if old.get(k, _ABSENT.get(k)) != plan.get(k)]
+        diff = _plan_changes(out, plan)
         if diff and restart and world_size == 1:
             import shutil
 
@@ -169,8 +119,10 @@ def encode_to_folder(model, corpus, output: str | os.PathLike, *, model_name: st
                                     max_length=max_length, shard_size=shard_size, device=device, dtype=dtype,
                                     show_progress_bar=show_progress_bar, rank=rank, world_size=world_size)
         if diff:
+            old = read_json_checked(plan_file, EmbeddingsError)
             raise EmbeddingsError(
-                f"{out} holds embeddings begun with other settings ({', '.join(f'{k}: {old.get(k)!r} -> {plan[k]!r}' for k in diff)}); "
+                f"{out} holds embeddings begun with other settings "
+                f"({', '.join(f'{k}: {old.get(k)!r} -> {plan[k]!r}' for k in diff)}); "
                 "encode into another folder, or delete this one first")
         if (out / "manifest.json").is_file():  # every process sees it: none waits for another
             logger.info("%s is complete: nothing to encode", out)
@@ -188,32 +140,72 @@ def encode_to_folder(model, corpus, output: str | os.PathLike, *, model_name: st
 
     todo = shards_to_do(out, n_shards, rank, world_size, done)
     if todo:
-        todo_set = set(todo)
-        n_todo_docs = sum(min(shard_size, len(doc_ids) - i * shard_size) for i in todo)
-
-        def texts():
-            for j, (_, t) in enumerate(pairs()):
-                if j // shard_size in todo_set:
-                    yield t
-
-        blocks = model.iter_encode_corpus(
-            texts(), batch_size=batch_size, max_length=settings["max_length"], show_progress_bar=show_progress_bar,
-            device=device, dtype=dtype, chunk_size=shard_size, total=n_todo_docs)
-        for i, block in zip(todo, blocks):
-            start = i * shard_size
-            rows = block.shape[0]
-            data_file = out / "shards" / (shard_name(i) + suffix)
-            if plan["sparse"]:
-                write_atomic(data_file, lambda p, b=block: sp.save_npz(open(p, "wb"), b.tocsr(), compressed=False))
-            else:
-                write_atomic(data_file, lambda p, b=block: np.save(open(p, "wb"), np.ascontiguousarray(b, np.float32)))
-            write_json(out / "shards" / f"{shard_name(i)}.json",
-                       {"shard": i, "start": start, "rows": rows, "first_id": doc_ids[start],
-                        "last_id": doc_ids[start + rows - 1], "dim": int(block.shape[1]),
-                        "nnz": int(block.nnz) if plan["sparse"] else None})
+        _encode_shards(model, out, todo, pairs, doc_ids, plan, device=device, dtype=dtype,
+                       show_progress_bar=show_progress_bar)
     if not all_shards_done(out, n_shards, done, state, rank, EmbeddingsError):
         return None
-    shards = [read_json(out / "shards" / f"{shard_name(i)}.json", EmbeddingsError) for i in range(n_shards)]
+    return _write_manifest(out, plan, n_shards)
+
+
+def _plan(model, model_name, corpus_fp: str, n_docs: int, max_length, dtype, device, shard_size: int,
+          batch_size: int) -> dict:
+    """``plan.json``: what makes the vectors (the model, the corpus, the settings) and the shard size."""
+    from .precision import encoding_dtype
+
+    settings = model.encoding_settings(is_query=False, max_length=max_length)
+    dtype_name = str(encoding_dtype(model, dtype, device)).replace("torch.", "")
+    name = model_name or getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
+    return {"format": FORMAT_VERSION, "model": str(name),
+            "model_class": type(model).__name__, "model_fingerprint": model_fingerprint(model),
+            "corpus_fingerprint": corpus_fp, "n_docs": n_docs, "max_length": settings["max_length"],
+            "sparse": settings["sparse"], "prefix": settings["prefix"],
+            "query_prompt": model.encoding_settings(is_query=True)["prefix"], "document_prompt": settings["prefix"],
+            "pooling": settings["pooling"],
+            "normalize": settings["normalize"], "dtype": dtype_name, "shard_size": int(shard_size),
+            "batch_size": int(batch_size)}
+
+
+def _plan_changes(out: Path, plan: dict) -> list[str]:
+    """The fields of :data:`_IDENTITY` in which ``out``'s ``plan.json`` differs from ``plan``."""
+    old = read_json_checked(out / "plan.json", EmbeddingsError)
+    return [k for k in _IDENTITY if old.get(k, _ABSENT.get(k)) != plan.get(k)]
+
+
+def _encode_shards(model, out: Path, todo: list[int], pairs, doc_ids: list[str], plan: dict, *, device, dtype,
+                   show_progress_bar: bool) -> None:
+    """Encode the shards ``todo`` (one pass over the corpus, reading only their texts) and write
+    each as its data file and its ``.json`` (written last: a shard is done when both exist)."""
+    shard_size, sparse = plan["shard_size"], plan["sparse"]
+    suffix = ".npz" if sparse else ".npy"
+    todo_set = set(todo)
+    n_todo_docs = sum(min(shard_size, len(doc_ids) - i * shard_size) for i in todo)
+
+    def texts():
+        for j, (_, t) in enumerate(pairs()):
+            if j // shard_size in todo_set:
+                yield t
+
+    blocks = model.iter_encode_corpus(
+        texts(), batch_size=plan["batch_size"], max_length=plan["max_length"], show_progress_bar=show_progress_bar,
+        device=device, dtype=dtype, chunk_size=shard_size, total=n_todo_docs)
+    for i, block in zip(todo, blocks):
+        start = i * shard_size
+        rows = block.shape[0]
+        data_file = out / "shards" / (shard_name(i) + suffix)
+        if sparse:
+            write_atomic(data_file, lambda p, b=block: sp.save_npz(open(p, "wb"), b.tocsr(), compressed=False))
+        else:
+            write_atomic(data_file, lambda p, b=block: np.save(open(p, "wb"), np.ascontiguousarray(b, np.float32)))
+        write_json(out / "shards" / f"{shard_name(i)}.json",
+                   {"shard": i, "start": start, "rows": rows, "first_id": doc_ids[start],
+                    "last_id": doc_ids[start + rows - 1], "dim": int(block.shape[1]),
+                    "nnz": int(block.nnz) if sparse else None})
+
+
+def _write_manifest(out: Path, plan: dict, n_shards: int) -> Embeddings:
+    """``manifest.json`` (written last: the folder is complete) from the plan and the shards' records."""
+    suffix = ".npz" if plan["sparse"] else ".npy"
+    shards = [read_json_checked(out / "shards" / f"{shard_name(i)}.json", EmbeddingsError) for i in range(n_shards)]
     manifest = {**plan, "dim": shards[0]["dim"], "n_shards": n_shards,
                 "shards": [{"file": f"shards/{shard_name(s['shard'])}{suffix}", "start": s["start"], "rows": s["rows"],
                             **({"nnz": s["nnz"]} if plan["sparse"] else {})} for s in shards],
@@ -277,7 +269,7 @@ class EncodedVectors:
         """Refuse (:class:`EmbeddingsError`) when ``model`` is not the one that made these embeddings
         (weights or configuration differ), ``max_length`` (when given) is not the one they were
         encoded with, ``doc_ids`` are not its documents, or ``corpus_fingerprint`` (of
-        :func:`hf_dr.embeddings.corpus_fingerprint`: ids and texts) is not its corpus's."""
+        :func:`hf_dr.fingerprints.corpus_fingerprint`: ids and texts) is not its corpus's."""
         from .st_encoder import as_encoder
 
         m = self.manifest
@@ -327,7 +319,7 @@ class Embeddings(EncodedVectors):
                                       "`hf-dr encode` command again to complete it")
             raise EmbeddingsError(f"{self.path} is not an embeddings folder (no manifest.json); make one with "
                                   "`hf-dr encode --data DIR --model M --output {self.path}`")
-        m = read_json(mf, EmbeddingsError)
+        m = read_json_checked(mf, EmbeddingsError)
         need = ("format", "n_docs", "sparse", "dim", "shards", "doc_ids", "model_fingerprint", "max_length")
         missing = [k for k in need if k not in m]
         if missing:

@@ -87,6 +87,26 @@ def build_retriever(kind: str, data, model=None, *, embeddings=None, index=None,
     if model is None:
         raise ValueError(f"the {kind} retriever needs a model")
     want = {"dense": "dense", "sparse": "sparse"}.get(kind, hybrid_second or "auto")
+    encoder = _encoder(model, want, device, dtype, query_prompt, document_prompt)
+    side = _side(kind, want, model, encoder, saved)
+    if side in saved:
+        enc = _saved_side(saved[side], encoder, data, embeddings, max_length, batch_size, index_kwargs)
+    else:
+        index_kwargs = {k: v for k, v in index_kwargs.items() if v is not None}
+        if embeddings is not None:
+            enc = EncoderRetriever.from_embeddings(encoder, embeddings, doc_ids=data.doc_ids(), max_length=max_length,
+                                                   batch_size=batch_size, **index_kwargs)
+        else:
+            enc = EncoderRetriever.from_data(encoder, data, batch_size=batch_size, max_length=max_length,
+                                             show_progress_bar=show_progress_bar, **index_kwargs)
+    if kind != "hybrid":
+        return enc
+    return HybridRetriever([bm25_side(), enc], weights=fusion_weights, method=fusion)
+
+
+def _encoder(model, want: str, device, dtype, query_prompt, document_prompt):
+    """``model`` (a folder / Hub id loaded as ``want``, or an encoder object) on ``device``, in
+    ``dtype``, with the prompts."""
     if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
         from .models import load_encoder
 
@@ -104,6 +124,12 @@ def build_retriever(kind: str, data, model=None, *, embeddings=None, index=None,
     from .encoding import apply_prompts
 
     apply_prompts(encoder, query_prompt, document_prompt)
+    return encoder
+
+
+def _side(kind: str, want: str, model, encoder, saved: dict) -> str:
+    """``dense`` or ``sparse``: the vectors the encoder makes, checked against the retriever asked
+    for and the saved indexes given."""
     is_sparse = bool(getattr(encoder, "output_is_sparse", False))
     if want == "sparse" and not is_sparse:
         raise ValueError(f"{model} is not a sparse model")
@@ -116,27 +142,20 @@ def build_retriever(kind: str, data, model=None, *, embeddings=None, index=None,
     if wrong:
         raise ValueError(f"{wrong[0].path} is a {wrong[0].describe()}: the model {type(encoder).__name__} "
                          f"makes {side} vectors")
-    if side in saved:
-        if embeddings is not None:
-            raise ValueError("give either an embeddings folder or a saved index of the model's vectors, not both "
-                             "(the index holds them)")
-        fixed = [k for k in _BUILD_OPTIONS if index_kwargs.get(k) is not None]
-        if fixed:
-            raise ValueError(f"{saved[side].path} was built with its own {', '.join(fixed)} "
-                             f"({saved[side].describe()}): they cannot change at search time")
-        search_opts = {k: index_kwargs[k] for k in ("ef_search", "nprobe", "use_gpu") if k in index_kwargs}
-        enc = saved[side].retriever(encoder, data, max_length=max_length, batch_size=batch_size, **search_opts)
-    else:
-        index_kwargs = {k: v for k, v in index_kwargs.items() if v is not None}
-        if embeddings is not None:
-            enc = EncoderRetriever.from_embeddings(encoder, embeddings, doc_ids=data.doc_ids(), max_length=max_length,
-                                                   batch_size=batch_size, **index_kwargs)
-        else:
-            enc = EncoderRetriever.from_data(encoder, data, batch_size=batch_size, max_length=max_length,
-                                             show_progress_bar=show_progress_bar, **index_kwargs)
-    if kind != "hybrid":
-        return enc
-    return HybridRetriever([bm25_side(), enc], weights=fusion_weights, method=fusion)
+    return side
+
+
+def _saved_side(saved, encoder, data, embeddings, max_length, batch_size, index_kwargs: dict):
+    """The retriever of a saved index of the model's vectors (search-time options only)."""
+    if embeddings is not None:
+        raise ValueError("give either an embeddings folder or a saved index of the model's vectors, not both "
+                         "(the index holds them)")
+    fixed = [k for k in _BUILD_OPTIONS if index_kwargs.get(k) is not None]
+    if fixed:
+        raise ValueError(f"{saved.path} was built with its own {', '.join(fixed)} "
+                         f"({saved.describe()}): they cannot change at search time")
+    search_opts = {k: index_kwargs[k] for k in ("ef_search", "nprobe", "use_gpu") if k in index_kwargs}
+    return saved.retriever(encoder, data, max_length=max_length, batch_size=batch_size, **search_opts)
 
 
 def evaluate_model(encoder, data, *, top_k: int = 1000, metrics: Sequence[str] = DEFAULT_METRICS,

@@ -22,7 +22,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 __all__ = ["OutputError", "output_folder", "check_output_folder", "atomic_write_text", "atomic_write_json",
-           "partial_folder", "publishable_modes", "replace_folder", "check_writable", "one_line_warnings", "local_inputs", "read_json"]
+           "partial_folder", "publishable_modes", "replace_folder", "check_writable", "one_line_warnings",
+           "local_inputs", "read_json_or_empty"]
 
 
 class OutputError(ValueError):
@@ -169,8 +170,10 @@ def one_line_warnings(prefix: str | None = None) -> None:
     warnings.showwarning = show
 
 
-def read_json(path: str | os.PathLike) -> dict:
-    """The JSON object in ``path``; ``{}`` when there is none (no file, not JSON, not an object)."""
+def read_json_or_empty(path: str | os.PathLike) -> dict:
+    """The JSON object in ``path``; ``{}`` when there is none (no file, not JSON, not an object): for
+    optional files (a model's ``train_info.json``). A folder's own file that must be sound is read
+    with :func:`hf_dr.shards.read_json_checked`, which names the damage instead."""
     try:
         obj = json.loads(Path(path).read_text())
     except (OSError, ValueError):

@@ -13,8 +13,8 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ShardedFolderError", "write_atomic", "write_json", "read_json", "shard_name", "dist", "shards_to_do",
-           "all_shards_done"]
+__all__ = ["ShardedFolderError", "write_atomic", "write_json", "read_json_checked", "shard_name", "dist",
+           "shards_to_do", "all_shards_done"]
 
 
 class ShardedFolderError(ValueError):
@@ -32,8 +32,10 @@ def write_json(path: Path, obj) -> None:
     write_atomic(path, lambda p: p.write_text(json.dumps(obj, indent=1)))
 
 
-def read_json(path: Path, error: type = ShardedFolderError) -> dict:
-    """The JSON object of a folder's own file; ``error`` (naming the file) when it is damaged."""
+def read_json_checked(path: Path, error: type = ShardedFolderError) -> dict:
+    """The JSON object of a folder's own file; ``error`` (naming the file) when it is damaged (not
+    JSON, not an object). Optional files whose absence or damage means "nothing" are read with
+    :func:`hf_dr.io.read_json_or_empty`."""
     try:
         obj = json.loads(path.read_text())
     except json.JSONDecodeError as e:

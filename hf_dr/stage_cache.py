@@ -17,7 +17,7 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["StageCache", "digest", "dataset_digest", "folder_fingerprint"]
+__all__ = ["StageCache", "digest", "dataset_digest"]
 
 
 def digest(obj) -> str:
@@ -31,18 +31,6 @@ def dataset_digest(ds) -> str:
     for batch in ds.iter(batch_size=10_000):
         h.update(json.dumps(batch, sort_keys=True, default=str).encode())
     return h.hexdigest()[:16]
-
-
-def folder_fingerprint(path: Path) -> str:
-    """A hash of the names and contents of every file under ``path`` (a model folder), or of one file."""
-    h = hashlib.sha256()
-    files = [path] if path.is_file() else sorted(f for f in path.rglob("*") if f.is_file())
-    for f in files:
-        h.update(str(f.relative_to(path) if f != path else f.name).encode() + b"\0")
-        with open(f, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()[:32]
 
 
 class StageCache:

@@ -363,7 +363,7 @@ def load_state_dict_checked(model: torch.nn.Module, folder: str | os.PathLike) -
     """Load ``folder/model.safetensors`` into ``model``. Keys absent from the file because they
     share storage with a key that is there (tied embeddings / decoder) are expected; any other
     missing or unexpected key is a :class:`CheckpointError`."""
-    from .models import read_checkpoint
+    from .models.checkpoints import read_checkpoint
 
     state = read_checkpoint(Path(folder) / "model.safetensors", model.state_dict())
     missing, unexpected = model.load_state_dict(state, strict=False)

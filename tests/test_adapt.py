@@ -472,7 +472,10 @@ def test_method_defaults_are_measured_rows():
     """Every default of `hf-dr adapt` is the configuration of a measured row: each ``defaults`` row
     (a run with no tuning flag) recorded exactly today's resolved defaults, and every method's
     training budget (steps, eval steps, lr, batch, MLM steps) is that of a SciFact row."""
-    from hf_dr.adaptation.pipeline import METHOD_DEFAULTS, AdaptConfig, resolved_config
+    from hf_dr.adaptation.pipeline import METHOD_DEFAULTS, AdaptConfig, resolve
+
+    def resolved_config(cfg):
+        return dict(resolve(cfg, check=False).record)
 
     rows = [r for r in _adapt_rows() if r.get("budget")]
     # the issue's two no-flag rows were measured: `hf-dr adapt --method cai` on splade-tiny and
@@ -499,23 +502,22 @@ def test_cli_defaults_are_the_method_defaults():
     it from METHOD_DEFAULTS (cai: no vocabulary, no MLM, lr 1e-4)."""
     import argparse
 
-    from hf_dr.adaptation.pipeline import METHOD_DEFAULTS, AdaptConfig, with_method_defaults
+    from hf_dr.adaptation.pipeline import METHOD_DEFAULTS, AdaptConfig, resolve
     from hf_dr.commands import adapt as adapt_cmd
 
     parser = argparse.ArgumentParser()
     adapt_cmd.register(parser.add_subparsers())
     args = parser.parse_args(["adapt", "--data", "d", "--model", "m", "--method", "cai", "--output", "o"])
-    assert (args.max_steps, args.learning_rate, args.mlm_steps, args.vocabulary) == (None, None, None, None)
-    cfg = with_method_defaults(AdaptConfig(data="d", model="m", method="cai", output="o", max_steps=args.max_steps,
-                                           learning_rate=args.learning_rate, mlm_steps=args.mlm_steps,
-                                           expand_vocabulary=args.vocabulary))
-    assert (cfg.max_steps, cfg.learning_rate, cfg.mlm_steps, cfg.expand_vocabulary, cfg.eval_steps) == (300, 1e-4, 0, False, 100)
+    assert (args.max_steps, args.learning_rate, args.mlm_steps, args.expand_vocabulary) == (None, None, None, None)
+    cfg = resolve(adapt_cmd.config_from_args(args), check=False)
+    assert (cfg.max_steps, cfg.learning_rate, cfg.options.mlm_steps, cfg.options.expand_vocabulary,
+            cfg.eval_steps) == (300, 1e-4, 0, False, 100)
     for method, own in METHOD_DEFAULTS.items():
-        cfg = with_method_defaults(AdaptConfig(data="d", model="m", method=method, output="o"))
-        assert all(getattr(cfg, k) == v for k, v in own.items()), method
+        cfg = resolve(AdaptConfig(data="d", model="m", method=method, output="o"), check=False)
+        assert all(getattr(cfg.options if hasattr(cfg.options, k) else cfg, k) == v for k, v in own.items()), method
     # a flag given wins, and the paper's chain stays reachable
     args = parser.parse_args(["adapt", "--data", "d", "--model", "m", "--method", "cai", "--output", "o",
                               "--vocabulary", "--mlm-steps", "1000", "--max-steps", "1000"])
-    cfg = with_method_defaults(AdaptConfig(data="d", model="m", method="cai", output="o", max_steps=args.max_steps,
-                                           mlm_steps=args.mlm_steps, expand_vocabulary=args.vocabulary))
-    assert (cfg.max_steps, cfg.mlm_steps, cfg.expand_vocabulary, cfg.eval_steps) == (1000, 1000, True, 200)
+    cfg = resolve(adapt_cmd.config_from_args(args), check=False)
+    assert (cfg.max_steps, cfg.options.mlm_steps, cfg.options.expand_vocabulary,
+            cfg.eval_steps) == (1000, 1000, True, 200)

@@ -158,3 +158,60 @@ def test_the_pipeline_names_no_method():
         source = Path(module.__file__).read_text()
         assert "method ==" not in source and "method in (" not in source
         assert not any(f'"{name}"' in source for name in ("dodress", "pseudo-margin-mse", "cai", "berm", "ddr"))
+
+
+def test_a_method_with_an_option_of_its_own_gets_a_flag(tmp_path, capsys):
+    """A new method with an option is one class: its Options dataclass gives `hf-dr adapt` a flag in
+    the method's own argument group, the plan hands the value to the method, and another method
+    given the flag is refused."""
+    from dataclasses import dataclass
+
+    from hf_dr.adaptation.methods import option
+    from hf_dr.adaptation.pipeline import AdaptConfig, resolve
+    from hf_dr.commands import adapt as adapt_cmd
+
+    @dataclass(frozen=True)
+    class WidthOptions:
+        toy_width: int = option(3, "toy-width: how wide the toy is", minimum=1)
+
+    class ToyWidth(Toy):
+        name = "toy-width"
+        description = "a toy with an option (a test's toy method)"
+        Options = WidthOptions
+
+    register_method(ToyWidth)
+    try:
+        assert main(["adapt", "--help"]) == 0
+        text = capsys.readouterr().out
+        assert "--method toy-width:" in text and "--toy-width TOY_WIDTH" in text and "how wide the toy is" in text
+        import argparse
+
+        parser = argparse.ArgumentParser()
+        adapt_cmd.register(parser.add_subparsers())
+        base = ["adapt", "--data", "d", "--model", "m", "--output", "o"]
+        args = parser.parse_args([*base, "--method", "toy-width", "--toy-width", "7"])
+        assert resolve(adapt_cmd.config_from_args(args), check=False).options.toy_width == 7
+        assert resolve(AdaptConfig(data="d", model="m", method="toy-width", output="o"), check=False).options \
+            == WidthOptions(3)
+        with pytest.raises(ValueError, match="--toy-width: it applies to --method toy-width, not dodress"):
+            resolve(adapt_cmd.config_from_args(parser.parse_args([*base, "--method", "dodress", "--toy-width", "7"])),
+                    check=False)
+        rc = main([*base[:-1], str(tmp_path / "o"), "--method", "toy-width", "--toy-width", "0"])
+        assert rc == 2 and "--toy-width" in capsys.readouterr().err
+        with pytest.raises(ValueError, match="already an option of toy-width"):
+            register_method(type("Clash", (Toy,), {"name": "clash", "Options": WidthOptions}))
+    finally:
+        unregister_method("toy-width")
+
+
+#: options of the built-in methods, and modules of adaptation/ that are a method's own (the CAI chain's)
+METHOD_OPTIONS = ("mlm_steps", "expand_vocabulary", "delta_v", "margin_scale")
+METHOD_OWN = {"cai.py", "vocabulary.py", "mlm.py"}
+
+
+def test_no_method_option_is_named_outside_its_method():
+    root = Path(__file__).resolve().parent.parent / "hf_dr" / "adaptation"
+    named = [f"{p.relative_to(root)}: {o}" for p in sorted(root.rglob("*.py"))
+             if "methods" not in p.relative_to(root).parts and p.name not in METHOD_OWN
+             for o in METHOD_OPTIONS if o in p.read_text()]
+    assert named == []

@@ -200,6 +200,13 @@ def test_stages_are_cached_and_invalidated(tmp_path, tiny_encoder, scifact200, m
     assert set(first.stats["cache"]["computed"]) == {"bm25", "doc_embeddings", "query_embeddings", "rerank",
                                                       "dense_run", "triplets"}
     n = calls["corpus"]
+    # the key adapt looks the corpus encoding up by (LabelKeys.dense_of) is the one the label stage wrote
+    from hf_dr.fingerprints import model_fingerprint
+    from hf_dr.labeling.context import DOC_EMBEDDINGS_STAGE, LabelKeys
+    from hf_dr.stage_cache import StageCache
+
+    key = LabelKeys.dense_of(scifact200.corpus_fingerprint(), model_fingerprint(tiny_encoder), None, "fp32")
+    assert StageCache(cache).path(DOC_EMBEDDINGS_STAGE, key, ".npy").is_file()
     again = _label(scifact200, tmp_path / "a2", tiny_encoder, cache)
     assert again.stats["cache"]["computed"] == [] and calls["corpus"] == n
     assert again.train["neg_id"] == first.train["neg_id"]
@@ -332,7 +339,8 @@ def tiny_t5(tmp_path_factory):
 def test_monot5_is_eq3(tiny_t5):
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    from hf_dr.labeling.rerankers import MonoT5Reranker, get_reranker
+    from hf_dr.labeling.rerankers import MonoT5Reranker
+    from hf_dr.labeling.teacher import get_reranker
 
     rr = get_reranker(f"monot5:{tiny_t5}", device="cpu")
     assert isinstance(rr, MonoT5Reranker)
@@ -350,7 +358,7 @@ def test_monot5_is_eq3(tiny_t5):
 def test_cross_encoder_gives_raw_logits(tmp_path, tiny_tokenizer):
     from transformers import BertConfig, BertForSequenceClassification
 
-    from hf_dr.labeling.rerankers import get_reranker
+    from hf_dr.labeling.teacher import get_reranker
 
     torch.manual_seed(0)
     cfg = BertConfig(vocab_size=len(tiny_tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,

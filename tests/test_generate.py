@@ -355,7 +355,13 @@ def test_generated_queries_train_at_the_measured_corpus_only_rate(tmp_path):
     """pseudo-margin-mse on generated queries defaults to DoDress' learning rate 2e-6 (at 2e-5 every
     corpus-only run lost); a folder's own queries keep the method's default; a flag wins. And the
     corpus-only default is the configuration of a measured row (benchmarks/results/corpus_only.json)."""
-    from hf_dr.adaptation.pipeline import AdaptConfig, resolved_config, with_method_defaults
+    from hf_dr.adaptation.pipeline import AdaptConfig, resolve
+
+    def with_method_defaults(cfg):
+        return resolve(cfg, check=False)
+
+    def resolved_config(cfg):
+        return dict(resolve(cfg, check=False).record)
     from hf_dr.generation import DEFAULT_GENERATOR
 
     corpus_only = tmp_path / "c"

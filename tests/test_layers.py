@@ -180,8 +180,8 @@ def test_importing_a_layer_loads_none_of_what_it_must_not(layer, forbidden):
 #: hf-dr's layers, bottom first (docs/development.md draws them): a module imports its own layer and
 #: those below it, never one above. Every module of the package has its place here.
 LAYERS = (
-    ("core", ("hf_dr.io", "hf_dr.extras", "hf_dr.stage_cache", "hf_dr.shards", "hf_dr.devices", "hf_dr.precision",
-              "hf_dr.encoding")),
+    ("core", ("hf_dr.io", "hf_dr.extras", "hf_dr.stage_cache", "hf_dr.fingerprints", "hf_dr.shards", "hf_dr.devices",
+              "hf_dr.precision", "hf_dr.encoding")),
     ("data, models, objectives", ("hf_dr.data", "hf_dr.models", "hf_dr.st_encoder", "hf_dr.embeddings",
                                   "hf_dr.losses", "hf_dr.objectives")),
     ("search, metrics, training", ("hf_dr.retrieval", "hf_dr.evaluation", "hf_dr.metrics", "hf_dr.training")),
@@ -221,3 +221,85 @@ def test_the_picture_in_the_docs_names_every_layer():
     missing = [p.removeprefix("hf_dr.") for _, prefixes in LAYERS for p in prefixes
                if p.removeprefix("hf_dr.") not in doc]
     assert missing == []
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """``{module: the hf_dr modules it imports}`` (imports inside functions included; an import of a
+    name from a package counts as an import of the package's ``__init__``)."""
+    mods = {_module(p): p for p in PKG.rglob("*.py")}
+
+    def owner(target: str) -> str:
+        while target and target not in mods:
+            target = target.rpartition(".")[0]
+        return target
+
+    graph = {m: set() for m in mods}
+    for m, p in mods.items():
+        for target, _, _ in _imports(p):
+            if target.startswith("hf_dr.") and owner(target) not in ("", "hf_dr", m):
+                graph[m].add(owner(target))
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iteratively)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, children = work[-1]
+            w = next(children, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_two_modules_import_each_other():
+    """No module of hf_dr imports itself back, directly or through others."""
+    graph = _module_graph()
+    assert "hf_dr.hub.cards" in graph and graph["hf_dr.labeling.pseudo_relevance"]
+    assert _circles(graph) == []
+
+
+#: the longest a function of hf_dr may be (lines, its docstring included)
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_is_longer_than_80_lines():
+    long = [f"{p.relative_to(REPO)}:{n.lineno} {n.name} ({n.end_lineno - n.lineno + 1} lines)"
+            for p in sorted(PKG.rglob("*.py")) for n in ast.walk(ast.parse(p.read_text()))
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.end_lineno - n.lineno + 1 > MAX_FUNCTION_LINES]
+    assert long == []

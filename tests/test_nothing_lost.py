@@ -17,7 +17,9 @@ from datasets import load_from_disk
 from hf_dr.cli import main
 from hf_dr.hub import HubError, prepare_model_folder, push_dataset, push_model
 from hf_dr.labeling import pseudo_relevance as pr
+from hf_dr.labeling.negatives import RandomNegatives
 from hf_dr.labeling.pseudo_relevance import PseudoLabelConfig, build_pseudo_labels
+from hf_dr.labeling.teacher import parse_teacher
 
 from .conftest import REPO, SAMPLE
 
@@ -260,7 +262,7 @@ def test_a_crash_mid_label_leaves_no_folder_or_the_previous_one(data, encoder, t
     def boom(*a, **k):
         raise RuntimeError("crash in the sampler")
 
-    monkeypatch.setattr(pr, "sample_negatives", boom)
+    monkeypatch.setattr(RandomNegatives, "sample", boom)
     with pytest.raises(RuntimeError, match="crash in the sampler"):
         _label(data, out, encoder, None, negatives="random", overwrite=True)
     assert _snapshot(out) == before and _siblings(out) == []
@@ -321,12 +323,12 @@ def test_label_reranker_folder_retrained_in_place_is_recomputed(tmp_path):
     ce = tmp_path / "ce"
     ce.mkdir()
     (ce / "model.safetensors").write_bytes(b"weights v1")
-    one = pr._reranker_identity(f"cross-encoder:{ce}")
+    one = parse_teacher(f"cross-encoder:{ce}").identity()
     shutil.copytree(ce, tmp_path / "moved")
-    assert pr._reranker_identity(f"cross-encoder:{tmp_path / 'moved'}") == one  # the same files elsewhere
+    assert parse_teacher(f"cross-encoder:{tmp_path / 'moved'}").identity() == one  # the same files elsewhere
     (ce / "model.safetensors").write_bytes(b"weights v2")
-    assert pr._reranker_identity(f"cross-encoder:{ce}") != one
-    assert pr._reranker_identity("monot5") == {"name": "monot5", "id": "castorini/monot5-3b-msmarco"}
+    assert parse_teacher(f"cross-encoder:{ce}").identity() != one
+    assert parse_teacher("monot5").identity() == {"name": "monot5", "id": "castorini/monot5-3b-msmarco"}
 
 
 # ---------------------------------------------------------------- push --dataset of a label output

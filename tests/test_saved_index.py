@@ -16,7 +16,8 @@ import pytest
 from hf_dr.cli import main
 from hf_dr.data import BeirFormatError, load_beir
 from hf_dr.data import beir as B
-from hf_dr.embeddings import EmbeddingsError, corpus_fingerprint, encode_to_folder
+from hf_dr.embeddings import EmbeddingsError, encode_to_folder
+from hf_dr.fingerprints import corpus_fingerprint
 from hf_dr.retrieval import (BM25Index, BM25Retriever, DenseIndex, DocIds, EncoderRetriever, SavedIndex,
                              SavedIndexError, SparseIndex, save_bm25_index, save_dense_index, save_sparse_index)
 
@@ -108,7 +109,7 @@ def test_corpus_is_memory_mapped_arrow_cached_by_content(tmp_path, monkeypatch):
     assert type(first.corpus.data).__name__ == "MemoryMappedTable"  # on disk, not in memory
     assert len(first.corpus) == 500 and first.corpus[3]["_id"] == first.doc_ids()[3]
     # the fingerprint of the cache is the one embeddings folders and saved indexes record
-    assert first.corpus_fingerprint() == corpus_fingerprint(zip(first.doc_ids(), first.doc_texts()))[1]
+    assert first.corpus_fingerprint() == corpus_fingerprint(zip(first.doc_ids(), first.doc_texts()))
     # the same content (in another folder too): read from the cache, nothing converted again
     writes.clear()
     shutil.copytree(folder, tmp_path / "b")
@@ -130,7 +131,7 @@ def test_corpus_is_memory_mapped_arrow_cached_by_content(tmp_path, monkeypatch):
     # a replaced corpus (a subset) is fingerprinted again, never with the whole corpus's fingerprint
     sub = load_beir(folder)
     sub.corpus = sub.corpus.select(range(10))
-    assert sub.corpus_fingerprint() == corpus_fingerprint(zip(sub.doc_ids(), sub.doc_texts()))[1]
+    assert sub.corpus_fingerprint() == corpus_fingerprint(zip(sub.doc_ids(), sub.doc_texts()))
     assert sub.rows_of([sub.doc_ids()[4], "nope"]) == [4, None]
 
 

@@ -276,7 +276,7 @@ def _containment(tmp_path, student, method, teacher_dir):
     from hf_dr.adaptation.methods import DevSet
     from hf_dr.adaptation.stages import _containment
     from hf_dr.data import load_beir
-    from hf_dr.embeddings import model_fingerprint
+    from hf_dr.fingerprints import model_fingerprint
     from hf_dr.models import load_encoder
 
     teacher = load_encoder(teacher_dir)

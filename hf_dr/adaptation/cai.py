@@ -70,112 +70,137 @@ def _done(d: Path, params: dict) -> None:
 def run_cai(a: CAIArguments, dtype: str | None = None) -> dict:
     """Run the chain; returns ``{"model_dir": ..., "metrics": {variant: {...}}}``. ``dtype`` (``auto`` |
     ``fp32`` | ``bf16`` | ``fp16``, :mod:`hf_dr.precision`): the Trainer's mixed precision of the MLM and
-    SPLADE stages and the precision of the evaluation's encoding (``None``: fp32 training)."""
+    SPLADE stages and the precision of the evaluation's encoding (``None``: fp32 training). Each stage
+    is a folder of ``a.output_dir`` marked done (``DONE.json``) with its parameters: a re-run skips it."""
+    from ..data import load_beir
     from ..precision import training_precision
 
     precision = training_precision(dtype) if dtype is not None else {}
-    from transformers import AutoModelForMaskedLM, AutoTokenizer, TrainingArguments, set_seed
-
-    from ..data import RetrievalCollator, load_beir
-    from ..data.qrels_triplets import triplets_from_qrels
-    from ..models.splade import SPLADECAI
-    from ..objectives import SpladeObjective
-    from ..training import RetrievalTrainer, RetrievalTrainingArguments, final_output
-    from .mlm import MLMArguments, train_mlm
-    from .vocabulary import apply_vocabulary, expand_vocabulary, plot_entropy_curve
-
     out = Path(a.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     target = load_beir(a.target_data, split=a.target_split)
     target_texts = target.doc_texts()
     current = a.backbone
     report: dict = {"args": asdict(a)}
-
-    # 1. AdaLM vocabulary expansion
-    if a.expand_vocabulary:
-        params = {"from": current, "target": str(a.target_data), "delta_v": a.delta_v, "max_it": a.max_vocab_iterations}
-        d, done = _stage(out, "1-vocabulary", params)
-        if not done:
-            set_seed(a.seed)  # every stage seeds itself: a resumed chain inits weights as a fresh one
-            tok = AutoTokenizer.from_pretrained(current)
-            ex = expand_vocabulary(tok, target_texts, delta_v=a.delta_v, max_iterations=a.max_vocab_iterations)
-            model = AutoModelForMaskedLM.from_pretrained(current)
-            model, new_tok = apply_vocabulary(model, tok, ex)
-            d.mkdir(parents=True, exist_ok=True)
-            model.save_pretrained(d)
-            new_tok.save_pretrained(d)
-            plot_entropy_curve(ex, d / "entropy.png", title=f"AdaLM on {Path(str(a.target_data)).name}")
-            (d / "expansion.json").write_text(json.dumps(
-                {"original": len(tok), "final": ex.size, "added": len(ex.added), "sizes": ex.sizes,
-                 "entropies": ex.entropies, "first_added": ex.added[:50]}, indent=1))
-            _done(d, params)
-        report["vocabulary"] = json.loads((d / "expansion.json").read_text())
-        current = str(d)
-
-    # 2. continual MLM on the target corpus
-    if a.continual_mlm:
-        params = {"from": current, "target": str(a.target_data), "steps": a.mlm_steps, "bs": a.mlm_batch_size,
-                  "len": a.mlm_max_length, "lr": a.mlm_learning_rate, "seed": a.seed, **precision}
-        d, done = _stage(out, "2-mlm", params)
-        if not done:
-            set_seed(a.seed)
-            tok = AutoTokenizer.from_pretrained(current)
-            model = AutoModelForMaskedLM.from_pretrained(current)
-            targs = TrainingArguments(output_dir=str(d), max_steps=a.mlm_steps, per_device_train_batch_size=a.mlm_batch_size,
-                                      learning_rate=a.mlm_learning_rate, warmup_steps=max(1, a.mlm_steps // 10),
-                                      logging_steps=max(1, a.mlm_steps // 20), save_strategy="no", report_to="none",
-                                      seed=a.seed, remove_unused_columns=False, **precision)
-            trainer = train_mlm(model, tok, target_texts, targs, MLMArguments(max_length=a.mlm_max_length))
-            (d / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1))
-            _done(d, params)
-        current = str(d)
-
-    # 3. SPLADE training on the source supervision (in-batch + hard-negative contrastive + FLOPS;
-    #    Margin-MSE when the rows carry teacher scores)
-    if a.train_splade:
-        params = {"from": current, "source": str(a.source_data), "steps": a.splade_steps, "bs": a.splade_batch_size,
-                  "lr": a.splade_learning_rate, "lq": a.lambda_q, "ld": a.lambda_d, "warm": a.flops_warmup_steps,
-                  "qlen": a.query_max_length, "dlen": a.doc_max_length, "seed": a.seed, **precision}
-        d, done = _stage(out, "3-splade", params)
-        if not done:
-            source = load_beir(a.source_data, split=a.source_split)
-            set_seed(a.seed)
-            model = SPLADECAI.from_backbone(current, max_query_length=a.query_max_length, max_doc_length=a.doc_max_length)
-            per_epoch = triplets_from_qrels(source, batch_size=a.splade_batch_size, seed=a.seed)
-            epochs = max(1, -(-a.splade_steps * a.splade_batch_size // max(1, len(per_epoch))))
-            rows = triplets_from_qrels(source, batch_size=a.splade_batch_size, epochs=epochs, seed=a.seed)
-            targs = RetrievalTrainingArguments(
-                output_dir=str(d), max_steps=a.splade_steps, per_device_train_batch_size=a.splade_batch_size,
-                learning_rate=a.splade_learning_rate, warmup_steps=max(1, a.splade_steps // 10),
-                lr_scheduler_type="linear", logging_steps=max(1, a.splade_steps // 20), save_strategy="no",
-                seed=a.seed, train_sampling_strategy="sequential", **precision)
-            trainer = RetrievalTrainer(model=model, args=targs, train_dataset=rows,
-                                       data_collator=RetrievalCollator(model.tokenizer, a.query_max_length, a.doc_max_length),
-                                       objective=SpladeObjective(a.lambda_q, a.lambda_d, a.flops_warmup_steps))
-            model.train()
-            trainer.train()
-            model.eval()
-            with final_output(d) as tmp:
-                model.save_pretrained(tmp)
-            (d / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1))
-            _done(d, params)
-        current = str(d)
-
+    if a.expand_vocabulary:  # 1. AdaLM vocabulary expansion
+        current, report["vocabulary"] = _vocabulary_stage(a, out, current, target_texts)
+    if a.continual_mlm:  # 2. continual MLM on the target corpus
+        current = _mlm_stage(a, out, current, target_texts, precision)
+    if a.train_splade:  # 3. SPLADE training on the source supervision
+        current = _splade_stage(a, out, current, precision)
     # 4. IDF on the target corpus (saved with the model, on by default)
-    final = out / "final"
+    model = _final_stage(a, out, current, target_texts, dtype)
+    report["model_dir"] = str(out / "final")
+    if a.evaluate:
+        report["metrics"] = evaluate_splade_variants(model, target)
+    (out / "report.json").write_text(json.dumps(report, indent=1))
+    return report
+
+
+def _vocabulary_stage(a: CAIArguments, out: Path, current: str, target_texts) -> tuple[str, dict]:
+    """The AdaLM vocabulary expansion of ``current`` on the target corpus: its folder and report."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer, set_seed
+
+    from .vocabulary import apply_vocabulary, expand_vocabulary, plot_entropy_curve
+
+    params = {"from": current, "target": str(a.target_data), "delta_v": a.delta_v, "max_it": a.max_vocab_iterations}
+    d, done = _stage(out, "1-vocabulary", params)
+    if not done:
+        set_seed(a.seed)  # every stage seeds itself: a resumed chain inits weights as a fresh one
+        tok = AutoTokenizer.from_pretrained(current)
+        ex = expand_vocabulary(tok, target_texts, delta_v=a.delta_v, max_iterations=a.max_vocab_iterations)
+        model = AutoModelForMaskedLM.from_pretrained(current)
+        model, new_tok = apply_vocabulary(model, tok, ex)
+        d.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(d)
+        new_tok.save_pretrained(d)
+        plot_entropy_curve(ex, d / "entropy.png", title=f"AdaLM on {Path(str(a.target_data)).name}")
+        (d / "expansion.json").write_text(json.dumps(
+            {"original": len(tok), "final": ex.size, "added": len(ex.added), "sizes": ex.sizes,
+             "entropies": ex.entropies, "first_added": ex.added[:50]}, indent=1))
+        _done(d, params)
+    return str(d), json.loads((d / "expansion.json").read_text())
+
+
+def _mlm_stage(a: CAIArguments, out: Path, current: str, target_texts, precision: dict) -> str:
+    """Continual MLM of ``current`` on the target corpus: its folder."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer, TrainingArguments, set_seed
+
+    from .mlm import MLMArguments, train_mlm
+
+    params = {"from": current, "target": str(a.target_data), "steps": a.mlm_steps, "bs": a.mlm_batch_size,
+              "len": a.mlm_max_length, "lr": a.mlm_learning_rate, "seed": a.seed, **precision}
+    d, done = _stage(out, "2-mlm", params)
+    if not done:
+        set_seed(a.seed)
+        tok = AutoTokenizer.from_pretrained(current)
+        model = AutoModelForMaskedLM.from_pretrained(current)
+        targs = TrainingArguments(output_dir=str(d), max_steps=a.mlm_steps,
+                                  per_device_train_batch_size=a.mlm_batch_size, learning_rate=a.mlm_learning_rate,
+                                  warmup_steps=max(1, a.mlm_steps // 10),
+                                  logging_steps=max(1, a.mlm_steps // 20), save_strategy="no", report_to="none",
+                                  seed=a.seed, remove_unused_columns=False, **precision)
+        trainer = train_mlm(model, tok, target_texts, targs, MLMArguments(max_length=a.mlm_max_length))
+        (d / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1))
+        _done(d, params)
+    return str(d)
+
+
+def _splade_stage(a: CAIArguments, out: Path, current: str, precision: dict) -> str:
+    """SPLADE training of ``current`` on the source supervision (in-batch + hard-negative contrastive
+    + FLOPS; Margin-MSE when the rows carry teacher scores): its folder."""
+    from transformers import set_seed
+
+    from ..data import RetrievalCollator, load_beir
+    from ..data.qrels_triplets import triplets_from_qrels
+    from ..models.splade import SPLADECAI
+    from ..objectives import SpladeObjective
+    from ..training import RetrievalTrainer, RetrievalTrainingArguments, final_output
+
+    params = {"from": current, "source": str(a.source_data), "steps": a.splade_steps, "bs": a.splade_batch_size,
+              "lr": a.splade_learning_rate, "lq": a.lambda_q, "ld": a.lambda_d, "warm": a.flops_warmup_steps,
+              "qlen": a.query_max_length, "dlen": a.doc_max_length, "seed": a.seed, **precision}
+    d, done = _stage(out, "3-splade", params)
+    if done:
+        return str(d)
+    source = load_beir(a.source_data, split=a.source_split)
+    set_seed(a.seed)
+    model = SPLADECAI.from_backbone(current, max_query_length=a.query_max_length, max_doc_length=a.doc_max_length)
+    per_epoch = triplets_from_qrels(source, batch_size=a.splade_batch_size, seed=a.seed)
+    epochs = max(1, -(-a.splade_steps * a.splade_batch_size // max(1, len(per_epoch))))
+    rows = triplets_from_qrels(source, batch_size=a.splade_batch_size, epochs=epochs, seed=a.seed)
+    targs = RetrievalTrainingArguments(
+        output_dir=str(d), max_steps=a.splade_steps, per_device_train_batch_size=a.splade_batch_size,
+        learning_rate=a.splade_learning_rate, warmup_steps=max(1, a.splade_steps // 10),
+        lr_scheduler_type="linear", logging_steps=max(1, a.splade_steps // 20), save_strategy="no",
+        seed=a.seed, train_sampling_strategy="sequential", **precision)
+    trainer = RetrievalTrainer(model=model, args=targs, train_dataset=rows,
+                               data_collator=RetrievalCollator(model.tokenizer, a.query_max_length, a.doc_max_length),
+                               objective=SpladeObjective(a.lambda_q, a.lambda_d, a.flops_warmup_steps))
+    model.train()
+    trainer.train()
+    model.eval()
+    with final_output(d) as tmp:
+        model.save_pretrained(tmp)
+    (d / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1))
+    _done(d, params)
+    return str(d)
+
+
+def _final_stage(a: CAIArguments, out: Path, current: str, target_texts, dtype: str | None):
+    """The chain's model with IDF fitted on the target corpus, saved to ``out/final``."""
+    from ..models.splade import SPLADECAI
+    from ..training import final_output
+
     model = SPLADECAI.from_pretrained(current) if (Path(current) / "configuration_splade.py").exists() or \
         _is_splade_folder(current) else SPLADECAI.from_backbone(current)
     model.config.idf_exponent = a.idf_exponent
     model.fit_idf(target_texts)
     if dtype is not None:
         model.encode_dtype = dtype
-    with final_output(final) as tmp:
+    with final_output(out / "final") as tmp:
         model.save_pretrained(tmp)
-    report["model_dir"] = str(final)
-    if a.evaluate:
-        report["metrics"] = evaluate_splade_variants(model, target)
-    (out / "report.json").write_text(json.dumps(report, indent=1))
-    return report
+    return model
 
 
 def _is_splade_folder(path: str) -> bool:

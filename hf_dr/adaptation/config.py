@@ -1,22 +1,25 @@
-"""What ``hf-dr adapt`` is asked to do: :class:`AdaptConfig`, its refusal :class:`AdaptError`, and
-what a run derives from it (its work folder, the checkpoint interval, the precision). Each method's
-defaults fill it in :func:`hf_dr.adaptation.methods.with_method_defaults`."""
+"""What ``hf-dr adapt`` is asked to do: :class:`AdaptConfig` (the command line's flags, or the
+Python API's arguments), its refusal :class:`AdaptError`, and the rules a run derives values by
+(the checkpoint interval, the training queries). :func:`hf_dr.adaptation.plan.resolve` turns a
+config into the frozen plan the stages read: the method's defaults applied once, every derived
+value computed once, every refusal checked before anything is written."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 __all__ = ["AdaptConfig", "AdaptError", "CONFIG_FIELDS", "FALLBACKS", "default_work_dir", "work_dir", "eval_steps",
-           "EVAL_FLOOR", "MAX_EVALUATIONS", "generates_queries", "fills_queries", "default_num_queries",
-           "dtype_name", "dtype_key", "training_precision"]
+           "EVAL_FLOOR", "MAX_EVALUATIONS", "generates_queries", "fills_queries", "default_num_queries"]
 
-#: what a method leaves unset when it has no value of its own (cai's chain, when asked for; the batch)
-FALLBACKS = {"mlm_steps": 1000, "expand_vocabulary": True, "batch_size": 8}
-#: the configuration fields a benchmark row records (everything that changes the result)
+#: what a method leaves unset when it has no value of its own
+FALLBACKS = {"batch_size": 8}
+#: the configuration fields a benchmark row records (everything that changes the result), besides the
+#: methods' own options (:func:`hf_dr.adaptation.plan.resolve`: every registered method's)
 CONFIG_FIELDS = ("max_steps", "batch_size", "learning_rate", "max_length", "eval_steps", "dev_queries", "negatives",
-                 "k", "m", "bm25_top", "teacher", "mlm_steps", "expand_vocabulary", "delta_v", "margin_scale", "seed",
-                 "dtype")
+                 "k", "m", "bm25_top", "teacher", "seed", "dtype")
 
 
 class AdaptError(ValueError):
@@ -46,11 +49,6 @@ class AdaptConfig:
     max_queries: int | None = None
     teacher: str = "fusion"
     dense_teacher: str | None = None
-    mlm_steps: int | None = None  # cai; None: the method's default (0)
-    expand_vocabulary: bool | None = None  # cai; None: the method's default (False)
-    delta_v: int = 3000
-    rem: str | None = None
-    margin_scale: float | str | None = None  # Margin-MSE: None = default_scale, "auto" = calibrated, or a factor
     labels: str | None = None
     bm25_index: str | None = None  # a saved BM25 index of the corpus (hf-dr index --backend bm25): the label stage's
     seed: int = 0
@@ -68,6 +66,9 @@ class AdaptConfig:
     num_queries: int | None = None  # None: default_num_queries(cfg)
     query_prompt: str | None = None  # prepended to the queries by the model (None: its own prompt; "": none)
     document_prompt: str | None = None  # prepended to the documents (None: its own prompt; "": none)
+    # the method's own options ({name: value}, the fields of its Options dataclass; hf-dr adapt: the flags of
+    # its argument group); those not given take the method's defaults. Another method's are refused.
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 def default_work_dir(output: str | Path) -> Path:
@@ -108,11 +109,12 @@ def generates_queries(cfg: AdaptConfig) -> bool:
     return cfg.queries in ("auto", "fill") and p.is_dir() and not (p / "queries.jsonl").is_file()
 
 
-def fills_queries(cfg: AdaptConfig) -> bool:
+def fills_queries(cfg: AdaptConfig, generated: bool) -> bool:
     """Whether the run trains on the folder's own queries plus generated ones (``--queries fill`` on a
     folder that has queries: as many generated as bring the training queries to
-    :func:`default_num_queries`; on a folder without queries, ``fill`` generates them all)."""
-    return cfg.queries == "fill" and not generates_queries(cfg)
+    :func:`default_num_queries`; on a folder without queries, ``fill`` generates them all).
+    ``generated``: :func:`generates_queries` of ``cfg``."""
+    return cfg.queries == "fill" and not generated
 
 
 def default_num_queries(cfg: AdaptConfig) -> int:
@@ -121,22 +123,3 @@ def default_num_queries(cfg: AdaptConfig) -> int:
     gives ``k x m`` triplets), plus ``5 x dev_queries`` (the dev set takes at most a fifth of them)."""
     return cfg.max_steps * cfg.batch_size + 5 * cfg.dev_queries
 
-
-def dtype_name(cfg: AdaptConfig) -> str:
-    """``fp32`` / ``bf16`` / ``fp16``: what ``cfg.dtype`` resolves to here (recorded in the budget)."""
-    from ..precision import dtype_name as name
-
-    return name(cfg.dtype)
-
-
-def dtype_key(cfg: AdaptConfig) -> dict:
-    """``{"dtype": ...}`` in a stage's cache key when it is not fp32 (fp32 keeps the keys of before)."""
-    name = dtype_name(cfg)
-    return {"dtype": name} if name != "fp32" else {}
-
-
-def training_precision(cfg: AdaptConfig) -> dict:
-    """The Trainer's mixed-precision arguments for ``cfg.dtype`` (:func:`hf_dr.precision.training_precision`)."""
-    from ..precision import training_precision as precision
-
-    return precision(cfg.dtype)

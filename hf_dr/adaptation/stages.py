@@ -1,10 +1,12 @@
 """The stages of ``hf-dr adapt``, in their order (:data:`STAGES`): each a function of typed inputs
-and outputs, cached under its own key in the run's work folder. None names a method: what differs
-between methods is asked of the run's :class:`~hf_dr.adaptation.methods.Method`."""
+and outputs, cached under its own key in the run's work folder. Each reads the run's resolved plan
+(``run.cfg``, a :class:`~hf_dr.adaptation.plan.AdaptPlan`). None names a method nor a method's
+option: what differs between methods is asked of the run's :class:`~hf_dr.adaptation.methods.Method`."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 import shutil
@@ -16,16 +18,16 @@ from typing import Any
 
 from ..hub.paths import hub_id, public_command, public_name
 from ..stage_cache import StageCache, dataset_digest, digest
-from .config import (AdaptConfig, AdaptError, default_num_queries, dtype_key, dtype_name, eval_steps,
-                     fills_queries, generates_queries, work_dir)
-from .methods import DevSet, Method, Prepared, TrainInputs, get_method, registered_methods, resolved_config
+from .config import AdaptError
+from .methods import DevSet, Method, Prepared, TrainInputs, get_method, registered_methods
+from .plan import AdaptPlan
 from .student import own_max_length, save_model, set_max_length, with_prompts
 from .verdict import CONTAINED_TAU, JUDGED_DEV_MAX, JUDGED_POOL, decide, rank_agreement, resolution
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["STAGES", "METRICS", "Run", "Labels", "Trained", "Selection", "Evaluation", "start", "generate", "label",
-           "judged_dev", "train", "select", "evaluate", "write", "results_table"]
+__all__ = ["STAGES", "METRICS", "AdaptRun", "Labels", "Trained", "Selection", "Evaluation", "start", "generate",
+           "label", "judged_dev", "train", "select", "evaluate", "write", "results_table"]
 
 #: the stages in their order ("generate": queries for a corpus that has none, or --queries generate)
 STAGES = ("generate", "label", "train", "select", "evaluate", "write")
@@ -37,10 +39,10 @@ METRICS = ("ndcg@10", "recall@100")
 
 
 @dataclass
-class Run:
+class AdaptRun:
     """What every stage of one run reads (:func:`start`)."""
 
-    cfg: AdaptConfig  # resolved: each field the method leaves unset holds its default
+    cfg: AdaptPlan  # the resolved plan: the method's defaults applied, the derived values computed
     method: Method
     work: Path  # the work folder: stage caches, training runs
     cache: StageCache
@@ -56,16 +58,16 @@ class Run:
     started: float = field(default_factory=time.time)
 
 
-def start(cfg: AdaptConfig, say: Callable[[str], None]) -> Run:
-    """The run of a checked, resolved ``cfg``: its work folder, the target corpus and training
-    queries, the method's untrained starting model at its max length."""
+def start(cfg: AdaptPlan, say: Callable[[str], None]) -> AdaptRun:
+    """The run of a resolved plan (:func:`~hf_dr.adaptation.plan.resolve`): its work folder, the
+    target corpus and training queries, the method's untrained starting model at its max length."""
     from ..data import beir
 
-    work = work_dir(cfg)
+    work = cfg.work
     work.mkdir(parents=True, exist_ok=True)
     cache = StageCache(work / "cache")
     started = time.time()
-    if generates_queries(cfg):  # the corpus only: the generate stage makes the training queries
+    if cfg.generates_queries:  # the corpus only: the generate stage makes the training queries
         data, queries, has_train_qrels = beir.load_corpus_data(cfg.data), {}, False
     else:  # the corpus and the training queries only (never their labels; the test split is not read here)
         data, queries, has_train_qrels = beir.load_training_queries(cfg.data, split=cfg.split)
@@ -74,28 +76,28 @@ def start(cfg: AdaptConfig, say: Callable[[str], None]) -> Run:
     student.encode_dtype = cfg.dtype
     max_length = cfg.max_length or own_max_length(student)
     set_max_length(student, max_length)
-    return Run(cfg, method, work, cache, say, data, queries, has_train_qrels, student, max_length, started=started)
+    return AdaptRun(cfg, method, work, cache, say, data, queries, has_train_qrels, student, max_length, started=started)
 
 
 # ----------------------------------------------------------------------------- generate
-def generate(run: Run) -> None:
+def generate(run: AdaptRun) -> None:
     """The training queries made from the corpus (:func:`hf_dr.generation.generate_to_folder`), when
-    :func:`~.config.generates_queries`: ``run.queries`` and ``run.sources`` (each query's document),
+    the plan ``generates_queries``: ``run.queries`` and ``run.sources`` (each query's document),
     in a folder of the stage cache keyed on the corpus, the generator, the counts and the seed (a
-    killed generation resumes from its finished shards). With :func:`~.config.fills_queries`, the
-    generated queries join the folder's own (as many as bring them to
-    :func:`~.config.default_num_queries`; ``run.sources`` holds the generated ones only, and the dev
+    killed generation resumes from its finished shards). When it ``fills_queries``, the
+    generated queries join the folder's own (as many as bring them to its
+    ``default_num_queries``; ``run.sources`` holds the generated ones only, and the dev
     set is drawn from the folder's own). Otherwise records the folder's own queries."""
     from ..generation import DEFAULT_GENERATOR, generate_to_folder, get_generator
 
     cfg, say = run.cfg, run.say
     own = len(run.queries)
-    fill = fills_queries(cfg)
-    total = cfg.num_queries or (max(0, default_num_queries(cfg) - own) if fill else default_num_queries(cfg))
-    if not (generates_queries(cfg) or fill) or total == 0:
+    fill = cfg.fills_queries
+    total = cfg.num_queries or (max(0, cfg.default_num_queries - own) if fill else cfg.default_num_queries)
+    if not (cfg.generates_queries or fill) or total == 0:
         if fill:
             say(f"generate: none (--queries fill: the folder's {own} queries reach the budget of "
-                f"{default_num_queries(cfg)})")
+                f"{cfg.default_num_queries})")
         run.query_source = {"source": "data", "queries": own}
         return
     t0 = time.time()
@@ -143,15 +145,15 @@ class Labels:
     minutes: float
 
 
-def label(run: Run) -> Labels:
+def label(run: AdaptRun) -> Labels:
     """DoDress pseudo-relevance labels of the training queries
     (:func:`~hf_dr.labeling.pseudo_relevance.build_pseudo_labels`, its stages cached in the work
     folder's ``cache/``), or a ``hf-dr label`` folder given as ``cfg.labels``."""
     from datasets import load_from_disk
 
-    from ..labeling.pseudo_relevance import PseudoLabelConfig, build_pseudo_labels
+    from ..labeling.pseudo_relevance import build_pseudo_labels
 
-    cfg, say, student, max_length = run.cfg, run.say, run.student, run.max_length
+    cfg, say, max_length = run.cfg, run.say, run.max_length
     t0 = time.time()
     if cfg.labels:
         lab = Path(cfg.labels).expanduser()
@@ -164,9 +166,7 @@ def label(run: Run) -> Labels:
         say(f"label: reusing {cfg.labels} ({len(train)} triplets, {len(dev)} dev rows)")
     else:
         dense, dense_name = _dense_teacher(run)
-        pl_cfg = PseudoLabelConfig(split=cfg.split, bm25_top=cfg.bm25_top, k=cfg.k, m=cfg.m, negatives=cfg.negatives,
-                                   dev_queries=cfg.dev_queries, max_queries=cfg.max_queries, seed=cfg.seed,
-                                   dense_max_length=max_length if dense is not None else None)
+        pl_cfg = dataclasses.replace(cfg.label_config, dense_max_length=max_length if dense is not None else None)
         bm25 = None
         if cfg.bm25_index:
             from ..retrieval.saved import SavedIndex
@@ -190,7 +190,7 @@ def label(run: Run) -> Labels:
                   stats.get("reranker") or cfg.teacher, minutes)
 
 
-def judged_dev(run: Run, labels: Labels) -> Labels:
+def judged_dev(run: AdaptRun, labels: Labels) -> Labels:
     """``labels`` with the user's judged dev queries (``qrels/dev.tsv``) added to its dev set: a
     candidate pool per judged query (its BM25 top :data:`~.verdict.JUDGED_POOL` and every document
     judged for it), graded by the judgments (unjudged candidates 0). Selection then uses them.
@@ -211,7 +211,7 @@ def judged_dev(run: Run, labels: Labels) -> Labels:
     qrels = {str(q): {str(d): int(g) for d, g in docs.items()} for q, docs in dev.qrels.items()
              if any(int(g) > 0 for g in docs.values())}
     texts = dev.split_queries()
-    qids = sorted(q for q in qrels if q in texts)  # none judged in qrels/test.tsv (pipeline.check_config)
+    qids = sorted(q for q in qrels if q in texts)  # none judged in qrels/test.tsv (plan.resolve)
     labelled = {str(q) for ds in (labels.train, labels.dev.rows) if "query_id" in ds.column_names
                 for q in ds["query_id"]}
     trained_on = sorted(set(qids) & labelled)
@@ -254,20 +254,20 @@ def judged_dev(run: Run, labels: Labels) -> Labels:
     return dataclasses.replace(labels, dev=dev_set)
 
 
-def _label_doc_vectors(run: Run, fingerprint: str, data=None) -> tuple[list[str], Any] | None:
+def _label_doc_vectors(run: AdaptRun, fingerprint: str, data=None) -> tuple[list[str], Any] | None:
     """``(doc_ids, matrix)``: the label stage's encoding of the corpus by the model of
     ``fingerprint`` (the fusion teacher's dense half: the student itself for a dense student) at
     the run's max length and precision, when it is in the work folder's cache; else None."""
     import numpy as np
 
+    from ..labeling.context import DOC_EMBEDDINGS_STAGE, LabelKeys
     from ..precision import dtype_name as precision_name
     from ..precision import encoding_dtype
 
     data = data if data is not None else run.data
-    dt = precision_name(encoding_dtype(run.student))
-    key = {"corpus": data.corpus_fingerprint(), "model": fingerprint, "max_length": run.max_length,
-           **({"dtype": dt} if dt != "fp32" else {})}
-    p = run.cache.path("doc_embeddings", key, ".npy")
+    key = LabelKeys.dense_of(data.corpus_fingerprint(), fingerprint, run.max_length,
+                             precision_name(encoding_dtype(run.student)))
+    p = run.cache.path(DOC_EMBEDDINGS_STAGE, key, ".npy")
     if not p.is_file():
         return None
     mat = np.load(p, mmap_mode="r")
@@ -275,7 +275,7 @@ def _label_doc_vectors(run: Run, fingerprint: str, data=None) -> tuple[list[str]
     return (ids, mat) if mat.ndim == 2 and mat.shape[0] == len(ids) else None
 
 
-def _dense_teacher(run: Run):
+def _dense_teacher(run: AdaptRun):
     """The dense model of the fusion teacher and SimANS, and its name: ``--dense-teacher``, else the
     student when it is dense, else (when one is needed) the quickstart's model."""
     from ..models import default_model_path, load_encoder
@@ -289,7 +289,7 @@ def _dense_teacher(run: Run):
         return dense, cfg.dense_teacher
     if not getattr(run.student, "output_is_sparse", False):
         return run.student, cfg.model
-    if cfg.teacher == "fusion" or cfg.negatives == "simans":  # a sparse student: the quickstart's dense model
+    if cfg.needs_dense_teacher:  # a sparse student: the quickstart's dense model
         dense_name = default_model_path()
         run.say("label: the dense half of the teacher / SimANS is all-MiniLM-L6-v2, the quickstart's model "
                 "(--dense-teacher to change)")
@@ -316,11 +316,11 @@ class Trained:
     containment: dict = field(default_factory=dict)  # does the teacher contain the student (_containment)
 
 
-def train(run: Run, labels: Labels) -> Trained:
+def train(run: AdaptRun, labels: Labels) -> Trained:
     """The starting model scored on the dev set (step 0); the method's preparation; its training on
     a copy of the model, in a folder keyed on (method, starting weights, labels, hyper-parameters)
     whose checkpoints a crashed run resumes from."""
-    from ..embeddings import model_fingerprint
+    from ..fingerprints import model_fingerprint
 
     cfg, method, student, say = run.cfg, run.method, run.student, run.say
     start_fp = model_fingerprint(student)
@@ -339,7 +339,7 @@ def train(run: Run, labels: Labels) -> Trained:
         else {"dev": labels.dev.key}
     params = {"method": cfg.method, "init": start_fp if init is student else model_fingerprint(init),
               "labels": label_key, "max_steps": cfg.max_steps, "batch_size": cfg.batch_size, "lr": cfg.learning_rate,
-              "max_length": run.max_length, "eval_steps": eval_steps(cfg), "seed": cfg.seed, **dtype_key(cfg),
+              "max_length": run.max_length, "eval_steps": cfg.eval_steps, "seed": cfg.seed, **cfg.dtype_key,
               "revision": TRAINING_REVISION, **method.train_key(cfg)}
     run_dir = run.work / f"train-{cfg.method}-{digest(params)}"
     done = run_dir / "DONE.json"
@@ -366,7 +366,7 @@ def _as_vectors(found):
     return {d: mat[i] for i, d in enumerate(ids)}
 
 
-def _containment(run: Run, labels: Labels, student, start_fp: str, start_scores: dict) -> dict:
+def _containment(run: AdaptRun, labels: Labels, student, start_fp: str, start_scores: dict) -> dict:
     """Whether the teacher contains the starting model (its dev labels then favour it): a fusion
     teacher whose dense half is the student, or the dense model the student is built on (recorded
     identity: :meth:`~hf_dr.adaptation.methods.Method.base_fingerprints`), or ranks the pseudo-dev
@@ -404,10 +404,10 @@ def _containment(run: Run, labels: Labels, student, start_fp: str, start_scores:
             "why": f"mean Kendall tau over {agreement['queries']} pseudo-dev queries' candidates"}
 
 
-def _teacher_dense_model(run: Run, fingerprint: str):
+def _teacher_dense_model(run: AdaptRun, fingerprint: str):
     """The labels' dense model when at hand (``--dense-teacher``, else the quickstart's model that
     a sparse student's labels use) and its weights are those recorded (``fingerprint``); else None."""
-    from ..embeddings import model_fingerprint
+    from ..fingerprints import model_fingerprint
     from ..models import default_model_path, load_encoder
 
     for name in dict.fromkeys(x for x in (run.cfg.dense_teacher, default_model_path()) if x):
@@ -443,7 +443,7 @@ class Selection:
     fell: dict | None = None  # generated queries, contained teacher: the best checkpoint's significant fall (verdict.decide)
 
 
-def select(run: Run, labels: Labels, trained: Trained) -> Selection:
+def select(run: AdaptRun, labels: Labels, trained: Trained) -> Selection:
     """The best checkpoint by dev nDCG@10, the untrained starting model included as "step 0" (no
     checkpoint beating it keeps it). With judged dev queries (``qrels/dev.tsv``) the nDCG@10 is
     theirs, and step 0 always competes. Without them it is the pseudo-labels', and step 0 is no
@@ -515,7 +515,7 @@ def select(run: Run, labels: Labels, trained: Trained) -> Selection:
                      verdict, sentence, comparison, pseudo, fell)
 
 
-def _fell(run: Run, labels: Labels, trained: Trained, best_step: int) -> dict | None:
+def _fell(run: AdaptRun, labels: Labels, trained: Trained, best_step: int) -> dict | None:
     """Generated training queries and a teacher that contains the starting model (no judged dev query):
     the pseudo-dev set cannot show a checkpoint better than the start (its labels favour the start), but
     it can show one worse. The best trained checkpoint's paired comparison with the start on the
@@ -537,7 +537,7 @@ def _fell(run: Run, labels: Labels, trained: Trained, best_step: int) -> dict | 
             "compared_step": best_step}
 
 
-def _load_output(run: Run, folder: Path):
+def _load_output(run: AdaptRun, folder: Path):
     """A saved model of the run (the selected one, a checkpoint), with the run's prompts and precision."""
     from ..models import load_encoder
 
@@ -560,7 +560,7 @@ class Evaluation:
     p_value: float | None = None
 
 
-def evaluate(run: Run, chosen: Selection) -> Evaluation:
+def evaluate(run: AdaptRun, chosen: Selection) -> Evaluation:
     """The starting and the selected model on the test split, read only now (when it has qrels),
     each evaluation cached by the model's weights and the test data."""
     from ..data import beir
@@ -576,7 +576,7 @@ def evaluate(run: Run, chosen: Selection) -> Evaluation:
         return _load_output(run, folder)
 
     # the starting model's corpus encoding of the label stage (a dense student labelled with itself)
-    from ..embeddings import model_fingerprint
+    from ..fingerprints import model_fingerprint
 
     before = _evaluate_cached(run.cache, run.student, test,
                               _label_doc_vectors(run, model_fingerprint(run.student), test))
@@ -597,7 +597,7 @@ def _evaluate_cached(cache: StageCache, model, test, doc_vectors=None) -> dict:
     """``{"aggregate", "per_query", "n_queries"}`` of ``model`` on the test split (the one
     :func:`hf_dr.evaluation.evaluate` path), cached by the model's weights and the test data.
     ``doc_vectors``: ``(doc_ids, matrix)``, the corpus encoded by this model already (not again)."""
-    from ..embeddings import model_fingerprint
+    from ..fingerprints import model_fingerprint
     from ..factory import evaluate_model
     from ..precision import dtype_name as precision_name
     from ..precision import encoding_dtype
@@ -627,7 +627,7 @@ def _ttest(after: dict, before: dict) -> tuple[float, float]:
 
 
 # ----------------------------------------------------------------------------- write
-def write(run: Run, labels: Labels, trained: Trained, chosen: Selection, evaluation: Evaluation) -> dict:
+def write(run: AdaptRun, labels: Labels, trained: Trained, chosen: Selection, evaluation: Evaluation) -> dict:
     """``OUT/model`` (the Hub folder of the model's kind, as ``hf-dr push`` writes it), ``OUT/README.md``
     and ``OUT/metrics.json``, written whole; returns the metrics."""
     metrics = _metrics(run, labels, trained, chosen, evaluation)
@@ -637,7 +637,7 @@ def write(run: Run, labels: Labels, trained: Trained, chosen: Selection, evaluat
     return metrics
 
 
-def _metrics(run: Run, labels: Labels, trained: Trained, chosen: Selection, ev: Evaluation) -> dict:
+def _metrics(run: AdaptRun, labels: Labels, trained: Trained, chosen: Selection, ev: Evaluation) -> dict:
     """metrics.json: what was run, before / after, the selection and the budget."""
     cfg, method, record, stats = run.cfg, run.method, trained.record, labels.stats
     below = ev.after["aggregate"]["ndcg@10"] < ev.before["aggregate"]["ndcg@10"] if ev.before is not None else None
@@ -665,11 +665,11 @@ def _metrics(run: Run, labels: Labels, trained: Trained, chosen: Selection, ev: 
         "starting_model_is_candidate": chosen.start_is_candidate,
         # the test score of the last checkpoint when selection chose another: how selection fared
         "last_checkpoint": ev.last,
-        # mlm_steps, margin_scale: the method's own (Method.budget), None for the others
-        "budget": {"steps": cfg.max_steps, "eval_steps": eval_steps(cfg), "batch_size": cfg.batch_size,
+        # the methods' own entries (Method.budget_fields): this run's method's values, None for the others
+        "budget": {"steps": cfg.max_steps, "eval_steps": cfg.eval_steps, "batch_size": cfg.batch_size,
                    "learning_rate": cfg.learning_rate, "max_length": run.max_length,
-                   "mlm_steps": None, "margin_scale": None, **method.budget(cfg, record),
-                   "dtype": dtype_name(cfg), "label_minutes": round(labels.minutes, 2),
+                   **{k: None for m in registered_methods() for k in m.budget_fields}, **method.budget(cfg, record),
+                   "dtype": cfg.dtype_name, "label_minutes": round(labels.minutes, 2),
                    "train_minutes": record.get("minutes", 0.0),
                    "minutes": round((time.time() - run.started) / 60, 2)},
         "label_stats": {k: stats.get(k) for k in ("train_queries", "dev_queries", "triplets", "dev_rows",
@@ -678,7 +678,7 @@ def _metrics(run: Run, labels: Labels, trained: Trained, chosen: Selection, ev: 
         # an entry per reporting method (Method.report), None but for this run's
         **{m.name: None for m in registered_methods() if m.reports},
         **({method.name: method.report(cfg, run.student, trained.prepared)} if method.reports else {}),
-        "config": resolved_config(cfg), "command": public_command(cfg.command), "stages": run.stages,
+        "config": dict(cfg.record), "command": public_command(cfg.command), "stages": run.stages,
     }
 
 
@@ -704,10 +704,10 @@ def results_table(m: dict) -> str:
     return "\n".join(lines)
 
 
-def _write_output(run: Run, out: Path, selected_dir: Path, metrics: dict, after) -> None:
+def _write_output(run: AdaptRun, out: Path, selected_dir: Path, metrics: dict, after) -> None:
     from ..hub import prepare_model_folder
     from ..hub.cards import write_card
-    from ..io import atomic_write_json, local_inputs, output_folder
+    from ..io import atomic_write_json, output_folder
 
     cfg, work = run.cfg, run.work
     eval_files = []
@@ -716,8 +716,7 @@ def _write_output(run: Run, out: Path, selected_dir: Path, metrics: dict, after)
         atomic_write_json(p, {"metrics": after["aggregate"], "n_queries": after["n_queries"], "data": str(cfg.data),
                               "split": "test", "retriever": f"adapted ({cfg.method})"}, indent=1)
         eval_files.append(p)
-    inputs = local_inputs(cfg.data, cfg.model, cfg.labels, cfg.dense_teacher, cfg.rem, cfg.bm25_index, work)
-    with output_folder(out, overwrite=cfg.overwrite, inputs=inputs) as tmp:
+    with output_folder(out, overwrite=cfg.overwrite, inputs=list(cfg.inputs)) as tmp:
         prepare_model_folder(selected_dir, tmp / "model", metrics=eval_files, base_model=hub_id(cfg.model))
         atomic_write_json(tmp / "metrics.json", metrics, indent=1)
         source = Path(str(cfg.data).rstrip("/")).name

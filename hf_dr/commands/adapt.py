@@ -28,8 +28,7 @@ def _own_batches() -> str:
 
 
 def register(sub) -> None:
-    import argparse
-
+    from ..adaptation.methods import registered_methods
     from ..adaptation.pipeline import METHODS
 
     p = sub.add_parser("adapt", help="adapt a retriever to a corpus: label, train, select, evaluate, card",
@@ -61,7 +60,7 @@ def register(sub) -> None:
                         "the training reads triplets; with --queries fill, that less the folder's own)")
     p.add_argument("--labels", default=None, metavar="DIR", help="re-use a `hf-dr label` output folder (train + dev) "
                    "instead of labelling")
-    p.add_argument("--index", default=None, metavar="IDX",
+    p.add_argument("--index", dest="bm25_index", default=None, metavar="IDX",
                    help="a saved BM25 index of the corpus (hf-dr index --data DIR --backend bm25) for the label "
                         "stage's BM25 candidates: nothing re-indexed (refused when it indexes another corpus)")
     p.add_argument("--max-steps", type=positive_int, default=None,
@@ -88,61 +87,84 @@ def register(sub) -> None:
     p.add_argument("--dense-teacher", default=None,
                    help="the dense model of the fusion teacher and SimANS (default: --model when it is dense, "
                         "else all-MiniLM-L6-v2: the quickstart's model)")
-    p.add_argument("--mlm-steps", type=non_negative_int, default=None,
-                   help="cai: continual MLM steps (default 0: none, measured to degrade splade-tiny, see "
-                        "docs/splade_cai.md; the paper's chain: e.g. 1000; ddr's training is the MLM: --max-steps)")
-    p.add_argument("--vocabulary", action=argparse.BooleanOptionalAction, default=None,
-                   help="cai: the AdaLM vocabulary expansion (default off: measured to collapse splade-tiny, "
-                        "see docs/splade_cai.md; --vocabulary for the paper's chain)")
-    p.add_argument("--delta-v", type=positive_int, default=3000, help="cai: vocabulary increment per iteration")
-    p.add_argument("--rem", default=None, help="ddr: the REM the target DAM is made for, when --model cannot say "
-                   "so (a Hub id); a REM folder is given as --model")
-    p.add_argument("--margin-scale", type=margin_scale, default=None, metavar="auto|FACTOR",
-                   help="pseudo-margin-mse: factor on the student's scores before their margins are "
-                        "matched to the teacher's; auto = mean teacher margin / mean student margin on 256 training "
-                        "triplets (default: 20 for cosine students, 1 for dot-product ones)")
     add_dtype_argument(p, "encoding (labels, dev set, test) and training (the Trainer's mixed precision)")
     add_prompt_arguments(p, "the model (labels, training, dev set, test)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work-dir", default=None, help="stage cache and checkpoints (default: .OUTPUT.work beside it)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output once the new one is complete")
+    for method in registered_methods():
+        add_option_arguments(p, method)
     p.set_defaults(func=run)
 
 
-def margin_scale(text: str):
-    """``auto`` or a positive finite factor (an argparse type)."""
+def add_option_arguments(parser, method) -> None:
+    """An argument group of ``method``'s own options (:attr:`~hf_dr.adaptation.methods.Method.Options`),
+    one flag per field: its ``option`` metadata says the flag, the help and how the text is read
+    (every flag defaults to None: not given, the method's default applies)."""
     import argparse
-    import math
 
-    if text == "auto":
-        return text
-    try:
-        v = float(text)
-    except ValueError:
-        v = float("nan")
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"{text!r}: 'auto' or a positive number")
-    return v
+    from ..adaptation.methods import option_fields
+
+    fields = option_fields(method)
+    if not fields:
+        return
+    group = parser.add_argument_group(f"--method {method.name}", method.description)
+    for f in fields:
+        meta = f.metadata
+        flag = meta.get("flag") or "--" + f.name.replace("_", "-")
+        kw = {"dest": f.name, "default": None, "help": meta.get("help") or None}
+        if meta.get("metavar"):
+            kw["metavar"] = meta["metavar"]
+        if f.type in ("bool", bool):
+            kw["action"] = argparse.BooleanOptionalAction
+        else:
+            kw["type"] = _option_type(f)
+        group.add_argument(flag, **kw)
+
+
+def _option_type(f):
+    """The argparse ``type`` of an option field: its ``parse``, a whole number at least its
+    ``minimum``, a finite number for a float, else the text."""
+    import argparse
+
+    meta = f.metadata
+    if meta.get("parse") is not None:
+        parse = meta["parse"]
+
+        def parsed(text: str):
+            try:
+                return parse(text)
+            except ValueError as e:
+                raise argparse.ArgumentTypeError(str(e)) from None
+
+        return parsed
+    if meta.get("minimum") is not None:
+        return positive_int if meta["minimum"] >= 1 else non_negative_int
+    return finite_float if f.type in ("float", float) else str
+
+
+def config_from_args(args, command: str | None = None):
+    """The :class:`~hf_dr.adaptation.config.AdaptConfig` of the parsed flags: each flag's ``dest`` is
+    the field it sets; every method's option flags given go to ``options`` (another method's are
+    refused by :func:`~hf_dr.adaptation.plan.resolve`)."""
+    import dataclasses
+
+    from ..adaptation.methods import option_fields, registered_methods
+    from ..adaptation.pipeline import AdaptConfig
+
+    common = {f.name: getattr(args, f.name) for f in dataclasses.fields(AdaptConfig) if hasattr(args, f.name)}
+    options = {f.name: getattr(args, f.name) for m in registered_methods() for f in option_fields(m)
+               if getattr(args, f.name, None) is not None}
+    return AdaptConfig(**{**common, "command": command, "show_progress_bar": False, "options": options})
 
 
 def run(args) -> int:
-    from ..adaptation.pipeline import AdaptConfig, AdaptError, adapt
+    from ..adaptation.pipeline import AdaptError, adapt
     from ..cli import CLIError
 
     argv = sys.argv[sys.argv.index("adapt") + 1:] if "adapt" in sys.argv else None
     command = "hf-dr adapt " + " ".join(shlex.quote(a) for a in argv) if argv is not None else None
-    cfg = AdaptConfig(data=args.data, model=args.model, method=args.method, output=args.output, split=args.split,
-                      kind=args.kind,
-                      max_steps=args.max_steps, batch_size=args.batch_size, learning_rate=args.learning_rate,
-                      max_length=args.max_length, eval_steps=args.eval_steps, dev_queries=args.dev_queries,
-                      negatives=args.negatives, k=args.k, m=args.m, bm25_top=args.bm25_top,
-                      max_queries=args.max_queries, teacher=args.teacher, dense_teacher=args.dense_teacher,
-                      mlm_steps=args.mlm_steps, expand_vocabulary=args.vocabulary, delta_v=args.delta_v,
-                      rem=args.rem, margin_scale=args.margin_scale, labels=args.labels, bm25_index=args.index, seed=args.seed,
-                      overwrite=args.overwrite,
-                      work_dir=args.work_dir, command=command, dtype=args.dtype, query_prompt=args.query_prompt,
-                      document_prompt=args.document_prompt, queries=args.queries, generator=args.generator,
-                      queries_per_doc=args.queries_per_doc, num_queries=args.num_queries)
+    cfg = config_from_args(args, command)
     try:
         res = adapt(cfg, progress=print)
     except AdaptError as e:

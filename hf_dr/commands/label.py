@@ -59,8 +59,8 @@ def run(args) -> int:
     from ..cli import CLIError
     from ..data.beir import load_training_queries
     from ..io import check_output_folder, local_inputs
-    from ..labeling.pseudo_relevance import (PseudoLabelConfig, build_pseudo_labels,
-                                             resolve_cache_dir)
+    from ..labeling.pseudo_relevance import PseudoLabelConfig, build_pseudo_labels, resolve_cache_dir
+    from ..labeling.teacher import parse_teacher
     from ..models import check_model, load_encoder
 
     cfg = PseudoLabelConfig(split=args.split, bm25_top=args.bm25_top, k=args.k, m=args.m, negatives=args.negatives,
@@ -72,14 +72,17 @@ def run(args) -> int:
         cfg.validate()
     except ValueError as e:
         raise CLIError(str(e)) from None
-    if not args.dense_model and (args.reranker == "fusion" or args.negatives == "simans"):
+    try:
+        teacher = parse_teacher(args.reranker)
+    except ValueError as e:
+        raise CLIError(f"--reranker: {e}") from None
+    if not args.dense_model and (teacher.needs_dense or args.negatives == "simans"):
         raise CLIError("--dense-model is needed by --reranker fusion and --negatives simans")
     if args.embeddings and not args.dense_model:
         raise CLIError("--embeddings are the corpus encoded by --dense-model: give --dense-model too")
     # the output folder is checked before anything is loaded or computed
-    rr_model = args.reranker.partition(":")[2]
     cache = resolve_cache_dir(args.output, args.cache_dir)
-    inputs = local_inputs(args.data, args.dense_model, args.embeddings, rr_model, cache, args.index)
+    inputs = local_inputs(args.data, args.dense_model, args.embeddings, teacher.local_model, cache, args.index)
     check_output_folder(args.output, overwrite=args.overwrite, inputs=inputs)
     if args.dense_model:
         check_model(args.dense_model, kind="dense")  # weights present / reachable, before the corpus is read
@@ -97,7 +100,7 @@ def run(args) -> int:
         encoder.encode_dtype = args.dtype
     command = "hf-dr label " + " ".join(shlex.quote(a) for a in sys.argv[sys.argv.index("label") + 1:]) \
         if "label" in sys.argv else None
-    labels = build_pseudo_labels(data, args.output, cfg, reranker=args.reranker, queries=queries, dense_encoder=encoder,
+    labels = build_pseudo_labels(data, args.output, cfg, reranker=teacher, queries=queries, dense_encoder=encoder,
                                  dense_name=args.dense_model, bm25=bm25, cache_dir=args.cache_dir, command=command,
                                  doc_embeddings=args.embeddings, overwrite=args.overwrite, inputs=inputs)
     s = labels.stats

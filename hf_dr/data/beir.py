@@ -16,25 +16,25 @@ another content hash, hence a new cache entry.
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import logging
 import math
 import os
 import re
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from datasets import Dataset
+
+from ..fingerprints import CorpusHash, corpus_fingerprint
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["BeirData", "BeirFormatError", "BeirSourceError", "load_beir", "looks_local", "parse_grade", "save_beir",
            "load_qrels", "save_qrels", "judged_query_ids",
            "iter_corpus", "has_split", "load_training_queries", "load_corpus", "load_corpus_data", "cache_root",
-           "CorpusHash",
            "corpus_fingerprint"]
 
 Qrels = dict[str, dict[str, int]]
@@ -78,7 +78,7 @@ class BeirData:
         """The hash of every id and text of the corpus (:class:`CorpusHash`, what an embeddings folder
         or a saved index records): read from the cache of a local folder, computed once otherwise."""
         if self._fingerprint is None or self._fingerprint[0] is not self.corpus:
-            self._fingerprint = (self.corpus, corpus_fingerprint(self.iter_docs(), keep_ids=False)[1])
+            self._fingerprint = (self.corpus, corpus_fingerprint(self.iter_docs()))
         return self._fingerprint[1]
 
     def rows_of(self, doc_ids: Sequence[str]) -> list[int | None]:
@@ -272,35 +272,6 @@ def cache_root() -> Path:
     from datasets import config
 
     return Path(config.HF_DATASETS_CACHE) / "hf_dr" / "beir"
-
-
-class CorpusHash:
-    """The corpus fingerprint: a hash of every ``(doc_id, text)`` in order (``text`` joined as
-    :meth:`BeirData.doc_texts` does). The one definition, used by embeddings folders, saved
-    indexes, the labelling cache and the corpus cache."""
-
-    def __init__(self):
-        self._h = hashlib.sha256()
-        self.n = 0
-
-    def update(self, doc_id: str, text: str) -> None:
-        self._h.update(doc_id.encode("utf-8", "surrogatepass") + b"\0" + text.encode("utf-8", "surrogatepass") + b"\0")
-        self.n += 1
-
-    def hexdigest(self) -> str:
-        return self._h.hexdigest()[:32]
-
-
-def corpus_fingerprint(pairs: Iterable[tuple[str, str]], keep_ids: bool = True) -> tuple[list[str] | None, str]:
-    """``(doc_ids, hash)`` of an iterable of ``(doc_id, text)`` (:class:`CorpusHash`); ``keep_ids=False``
-    returns ``None`` for the ids (nothing of the corpus's size is kept)."""
-    h = CorpusHash()
-    ids: list[str] | None = [] if keep_ids else None
-    for d, t in pairs:
-        if ids is not None:
-            ids.append(d)
-        h.update(d, t)
-    return ids, h.hexdigest()
 
 
 def _content_key(path: Path) -> str:

@@ -36,7 +36,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..shards import all_shards_done, dist, read_json, shard_name, shards_to_do, write_atomic, write_json
+from ..shards import all_shards_done, dist, read_json_checked, shard_name, shards_to_do, write_atomic, write_json
 from .generators import QueryGenerator, doc_seed, get_generator
 
 logger = logging.getLogger(__name__)
@@ -112,8 +112,6 @@ def generate_to_folder(corpus, output: str | os.PathLike, generator: str | Query
     (:class:`GenerationError`) — or, with ``restart`` (one process), empties it first. Returns the
     :class:`GeneratedQueries` when the folder is complete (always with one process; on rank 0 with
     several), else ``None``."""
-    from tqdm.auto import tqdm
-
     gen = get_generator(generator, device=device) if isinstance(generator, str) else generator
     for name, v in (("queries_per_doc", queries_per_doc), ("num_queries", num_queries), ("shard_size", shard_size),
                     ("batch_size", batch_size)):
@@ -136,7 +134,7 @@ def generate_to_folder(corpus, output: str | os.PathLike, generator: str | Query
     plan_file, manifest_file = out / "plan.json", out / "generation.json"
     (out / "shards").mkdir(parents=True, exist_ok=True)
     if manifest_file.is_file() or plan_file.is_file():
-        old = read_json(manifest_file if manifest_file.is_file() else plan_file, GenerationError)
+        old = read_json_checked(manifest_file if manifest_file.is_file() else plan_file, GenerationError)
         diff = [k for k in _IDENTITY if old.get(k) != plan.get(k)]
         if diff and restart and world_size == 1:
             import shutil
@@ -160,39 +158,61 @@ def generate_to_folder(corpus, output: str | os.PathLike, generator: str | Query
 
     todo = shards_to_do(out, n_shards, rank, world_size, done)
     if todo:
-        if hasattr(gen, "load"):  # a model: refused before any work when it cannot be loaded
-            gen.load()
-        if gen.needs_fit:
-            gen.fit(doc_ids, (((t or "") + " " + (x or "")).strip() for b in ds.iter(batch_size=10_000)
-                              for t, x in zip(b["title"], b["text"])))
-        total = sum(sum(drawn[i * shard_size:(i + 1) * shard_size]) for i in todo)
-        with tqdm(total=total, desc=f"Generating queries ({gen.name})", unit="doc",
-                  disable=not show_progress_bar) as bar:
-            for i in todo:
-                start = i * shard_size
-                rows = ds[start:start + shard_size]  # one shard's documents, read from the memory map
-                picked = [j for j in range(len(rows["_id"])) if drawn[start + j]]
-                lines = []
-                for b in range(0, len(picked), batch_size):
-                    idx = picked[b:b + batch_size]
-                    ids = [doc_ids[start + j] for j in idx]
-                    made = gen.generate(ids, [rows["title"][j] or "" for j in idx],
-                                        [rows["text"][j] or "" for j in idx], n, seed)
-                    for d, qs in zip(ids, made):
-                        seen = set()  # a query made twice from one document is written once
-                        for k, q in enumerate(qs):
-                            if q.strip() and q not in seen:
-                                seen.add(q)
-                                lines.append(json.dumps({"_id": f"{d}-q{k}", "text": q, "doc_id": d},
-                                                        ensure_ascii=False) + "\n")
-                    bar.update(len(idx))
-                write_atomic(out / "shards" / f"{shard_name(i)}.jsonl",
-                             lambda p, text="".join(lines): _fsynced(p, text))
-                write_json(out / "shards" / f"{shard_name(i)}.json",
-                           {"shard": i, "start": start, "documents": len(picked), "queries": len(lines)})
+        _generate_shards(gen, ds, doc_ids, drawn, todo, out, n=n, seed=seed, shard_size=shard_size,
+                         batch_size=batch_size, show_progress_bar=show_progress_bar)
     if not all_shards_done(out, n_shards, done, state, rank, GenerationError):
         return None
+    return _finish(out, plan, n_shards)
 
+
+def _generate_shards(gen, ds, doc_ids: list[str], drawn: list[bool], todo: list[int], out: Path, *, n: int,
+                     seed: int, shard_size: int, batch_size: int, show_progress_bar: bool) -> None:
+    """Generate the queries of the shards ``todo`` (the drawn documents of each), each shard written
+    as its ``.jsonl`` and its ``.json`` (written last: a shard is done when both exist)."""
+    from tqdm.auto import tqdm
+
+    if hasattr(gen, "load"):  # a model: refused before any work when it cannot be loaded
+        gen.load()
+    if gen.needs_fit:
+        gen.fit(doc_ids, (((t or "") + " " + (x or "")).strip() for b in ds.iter(batch_size=10_000)
+                          for t, x in zip(b["title"], b["text"])))
+    total = sum(sum(drawn[i * shard_size:(i + 1) * shard_size]) for i in todo)
+    with tqdm(total=total, desc=f"Generating queries ({gen.name})", unit="doc",
+              disable=not show_progress_bar) as bar:
+        for i in todo:
+            start = i * shard_size
+            rows = ds[start:start + shard_size]  # one shard's documents, read from the memory map
+            picked = [j for j in range(len(rows["_id"])) if drawn[start + j]]
+            lines = []
+            for b in range(0, len(picked), batch_size):
+                idx = picked[b:b + batch_size]
+                ids = [doc_ids[start + j] for j in idx]
+                made = gen.generate(ids, [rows["title"][j] or "" for j in idx],
+                                    [rows["text"][j] or "" for j in idx], n, seed)
+                lines += _query_lines(ids, made)
+                bar.update(len(idx))
+            write_atomic(out / "shards" / f"{shard_name(i)}.jsonl",
+                         lambda p, text="".join(lines): _fsynced(p, text))
+            write_json(out / "shards" / f"{shard_name(i)}.json",
+                       {"shard": i, "start": start, "documents": len(picked), "queries": len(lines)})
+
+
+def _query_lines(doc_ids: list[str], made: list[list[str]]) -> list[str]:
+    """The ``queries.jsonl`` lines of the queries made from each document (a query made twice from
+    one document is written once; an empty one never)."""
+    lines = []
+    for d, qs in zip(doc_ids, made):
+        seen = set()
+        for k, q in enumerate(qs):
+            if q.strip() and q not in seen:
+                seen.add(q)
+                lines.append(json.dumps({"_id": f"{d}-q{k}", "text": q, "doc_id": d}, ensure_ascii=False) + "\n")
+    return lines
+
+
+def _finish(out: Path, plan: dict, n_shards: int) -> GeneratedQueries:
+    """The shards joined into ``queries.jsonl``, ``generation.json`` written (last), the shards and
+    the plan removed (they are in those two files)."""
     def concat(p):
         with open(p, "w", encoding="utf-8") as f:
             for i in range(n_shards):
@@ -203,13 +223,13 @@ def generate_to_folder(corpus, output: str | os.PathLike, generator: str | Query
             os.fsync(f.fileno())
 
     write_atomic(out / "queries.jsonl", concat)
-    shards = [read_json(out / "shards" / f"{shard_name(i)}.json", GenerationError) for i in range(n_shards)]
-    write_json(manifest_file, {**plan, "queries": sum(s["queries"] for s in shards), "n_shards": n_shards,
-                               "file": "queries.jsonl"})
-    import shutil  # complete: the shards and the plan are in queries.jsonl and generation.json
+    shards = [read_json_checked(out / "shards" / f"{shard_name(i)}.json", GenerationError) for i in range(n_shards)]
+    write_json(out / "generation.json", {**plan, "queries": sum(s["queries"] for s in shards), "n_shards": n_shards,
+                                         "file": "queries.jsonl"})
+    import shutil
 
     shutil.rmtree(out / "shards", ignore_errors=True)
-    plan_file.unlink(missing_ok=True)
+    (out / "plan.json").unlink(missing_ok=True)
     return read_generated(out)
 
 
@@ -226,7 +246,7 @@ def read_generated(folder: str | os.PathLike) -> GeneratedQueries:
     if not (folder / "generation.json").is_file() or not (folder / "queries.jsonl").is_file():
         raise GenerationError(f"{folder} is not a complete generated queries folder (hf-dr generate-queries): "
                               "generation.json or queries.jsonl is missing")
-    manifest = read_json(folder / "generation.json", GenerationError)
+    manifest = read_json_checked(folder / "generation.json", GenerationError)
     queries, sources = {}, {}
     with open(folder / "queries.jsonl", encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):

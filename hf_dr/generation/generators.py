@@ -185,7 +185,7 @@ class Doc2QueryGenerator(QueryGenerator):
         self._tokenizer = None
 
     def identity(self) -> dict:
-        from ..stage_cache import folder_fingerprint
+        from ..fingerprints import folder_fingerprint
 
         p = Path(self.model_id).expanduser()
         ident = {"generator": "doc2query", "top_p": self.top_p, "top_k": self.top_k,

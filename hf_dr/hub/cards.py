@@ -23,13 +23,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..io import read_json
+from ..io import read_json_or_empty
 from .errors import HubError
 from ..models.ddr.modeling_ddr import ST_UNSUPPORTED_REASON as _DDR_UNSUPPORTED
 from .paths import hub_id
 
 if TYPE_CHECKING:
-    from .models import ModelKind
+    from .kinds import ModelKind
 
 __all__ = ["template_path", "render_card", "write_card", "card_template", "load_metrics", "metrics_table",
            "metrics_datasets", "usage_snippet", "st_usage_snippet", "ST_UNSUPPORTED", "render_model_card",
@@ -87,7 +87,7 @@ def load_metrics(paths: Sequence[str | os.PathLike]) -> list[dict]:
     """Read ``metrics.json`` files written by ``hf-dr evaluate --output`` (per-query scores dropped)."""
     rows = []
     for p in paths:
-        obj = read_json(Path(p))
+        obj = read_json_or_empty(Path(p))
         if not isinstance(obj.get("metrics"), dict):
             raise HubError(f"{p} is not an hf-dr evaluation JSON (no 'metrics' object); write one with "
                            "`hf-dr evaluate ... --output DIR` (DIR/metrics.json)")

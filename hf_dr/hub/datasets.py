@@ -14,13 +14,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..io import local_inputs, read_json
-from .cards import card_template, render_dataset_card
+from ..io import local_inputs, read_json_or_empty
+from .cards import card_template, render_dataset_card, write_card
 from .errors import HubError
 from .paths import public_values
 from .publish import PLACEHOLDER_OWNER, check_out, publish, published_folder
 
-__all__ = ["prepare_dataset_folder", "push_dataset"]
+__all__ = ["prepare_dataset_folder", "push_dataset", "write_dataset_card"]
 
 
 def _as_dataset_dict(data):
@@ -60,7 +60,7 @@ def _pseudo_labels_stats(data) -> dict | None:
     if not isinstance(data, (str, os.PathLike)):
         return None
     p = Path(data)
-    stats = read_json(p / "stats.json") if (p / "state.json").is_file() else {}
+    stats = read_json_or_empty(p / "stats.json") if (p / "state.json").is_file() else {}
     if not isinstance(stats.get("config"), dict):
         return None
     if not stats.get("command") and (p / "README.md").is_file():  # a folder written before stats held it
@@ -91,8 +91,6 @@ def prepare_dataset_folder(data, out_dir: str | os.PathLike, *, repo_id: str | N
     dd = _as_dataset_dict(data)
     stats = _pseudo_labels_stats(data)
     if stats is not None and template in (None, "dataset_pseudo_labels"):
-        from ..labeling.pseudo_relevance import write_dataset_card
-
         with published_folder(out, overwrite, inputs, [Path(data).resolve().parent]) as tmp:
             (tmp / "data").mkdir()
             for split, ds in dd.items():  # the names the DoDress card's `configs` globs match
@@ -138,3 +136,23 @@ def push_dataset(data, repo_id: str | None = None, *, local_dir: str | os.PathLi
     return publish(lambda out, **kw: prepare_dataset_folder(data, out, **kw), repo_id, local_dir,
                    repo_type="dataset", private=private, token=token, commit_message=commit_message, api=api,
                    **prepare_kwargs)
+
+
+def write_dataset_card(out: str | Path, stats: dict, command: str | None = None,
+                       repo_id: str | None = None) -> Path:
+    """The card of a pseudo-labels folder (``hf-dr label``'s ``stats``): fill
+    ``model_cards/dataset_pseudo_labels.md`` (huggingface_hub's jinja ``DatasetCard``)."""
+    out = Path(out)
+    cfg = stats["config"]
+    source = Path(str(stats["source"]).rstrip("/")).name or str(stats["source"])
+    card_data = dict(
+        language="en", task_categories=["text-retrieval"], pretty_name=f"DoDress pseudo-labels for {source}",
+        tags=["hf-dr", "pseudo-labels", "dodress", f"negatives-{cfg['negatives']}"],
+        # two configs: the triplets and the dev set have different columns (one config cannot mix them)
+        configs=[{"config_name": "default", "data_files": [{"split": "train", "path": "data/train-*.parquet"}]},
+                 {"config_name": "dev", "data_files": [{"split": "dev", "path": "data/dev-*.parquet"}]}])
+    fields = {k: v for k, v in stats.items() if k not in ("config", "cache")}
+    fields = {k: v for k, v in fields.items() if k not in ("fingerprints", "command")}
+    return write_card(out, "dataset_pseudo_labels", card_data, repo_type="dataset", source_name=source,
+                      repo_id=repo_id or f"<user>/{source}-dodress-pseudo-labels",
+                      command=command or stats.get("command") or "(library call)", **{**cfg, **fields})

@@ -22,93 +22,17 @@ import importlib
 import os
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..io import local_inputs, read_json
+from ..io import local_inputs, read_json_or_empty
 from .cards import card_template, load_metrics, metrics_datasets, render_model_card
 from .errors import HubError
+from .kinds import MODEL_KINDS, ModelKind
 from .paths import hub_id, public_configs, public_values
 from .publish import PLACEHOLDER_OWNER, check_out, publish, published_folder
 
 __all__ = ["ModelKind", "MODEL_KINDS", "berm_available", "detect_model_kind", "prepare_model_folder", "push_model"]
-
-
-# ---------------------------------------------------------------------------- the registry
-@dataclass
-class ModelKind:
-    """One publishable model kind.
-
-    Args:
-        name: registry key (``splade_cai``, ``ddr_rem``, ``ddr_dam``, ``berm``, ``dense``).
-        template: card template file name under ``model_cards/`` (without ``.md``).
-        module / class_name: where the loading class lives (imported only when needed).
-        title / paper: the method, and its paper (``{"title", "authors", "venue", "url"}``).
-        tags / pipeline_tag / library_name: card metadata.
-        remote_code: the folder loads through ``AutoModel(..., trust_remote_code=True)``.
-        similarity: how the usage snippet scores queries against documents.
-        hooks: ``module.Class`` holding the kind's publishing hooks when the loading class is not
-            hf-dr's (the DAM, a plain transformers checkpoint); default: the loading class.
-
-    The hooks class (:meth:`hooks_class`) provides, optionally,
-    ``save_for_hub(src, out, **options) -> (model, extra card variables)`` (load the saved folder,
-    write the repo files; default: ``from_pretrained(src).save_pretrained(out)``), ``card_variables(model, info) -> dict`` (the variables of the kind's
-    own template, from the config and ``train_info.json`` / ``dam_info.json``; an ordinary method
-    of the model classes) and, optionally, ``usage_snippet(repo_id, **lengths)`` or ``st_native = True``
-    (a Sentence Transformers folder: Sentence Transformers' snippet; default: the ``trust_remote_code``
-    snippet of :func:`hf_dr.hub.cards.usage_snippet`).
-    """
-
-    name: str
-    template: str
-    module: str
-    class_name: str
-    title: str
-    paper: dict
-    tags: list[str] = field(default_factory=list)
-    pipeline_tag: str = "feature-extraction"
-    library_name: str = "transformers"
-    remote_code: bool = True
-    similarity: str = "dot"
-    hooks: str | None = None
-
-    def hooks_class(self):
-        module, name = self.hooks.rsplit(".", 1) if self.hooks else (self.module, self.class_name)
-        try:
-            return getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError) as e:
-            raise HubError(f"{self.title} support is not available in this installation "
-                           f"({module}.{name} cannot be imported: {e})") from e
-
-
-# the method papers (shared/papers/000, 001, 003); ``url`` only where the identifier is certain
-_BERM_PAPER = {"title": "BERM: Training the Balanced and Extractable Representation for Matching to Improve "
-                        "Generalization Ability of Dense Retrieval",
-               "authors": "Shicheng Xu, Liang Pang, Huawei Shen, Xueqi Cheng", "venue": "ACL 2023", "url": None}
-_DDR_PAPER = {"title": "Disentangled Modeling of Domain and Relevance for Adaptable Dense Retrieval",
-              "authors": "Jingtao Zhan, Qingyao Ai, Yiqun Liu, Jiaxin Mao, Xiaohui Xie, Min Zhang, Shaoping Ma",
-              "venue": "arXiv 2022", "url": "https://arxiv.org/abs/2208.05753"}
-_CAI_PAPER = {"title": "Unsupervised Domain Adaptation for Sparse Retrieval by Filling Vocabulary and Word "
-                       "Frequency Gaps", "authors": "Hiroki Iida, Naoaki Okazaki", "venue": "AACL-IJCNLP 2022",
-              "url": None}
-_SBERT_PAPER = {"title": "Sentence-BERT: Sentence Embeddings using Siamese BERT-Networks",
-                "authors": "Nils Reimers, Iryna Gurevych", "venue": "EMNLP 2019", "url": "https://arxiv.org/abs/1908.10084"}
-
-MODEL_KINDS: dict[str, ModelKind] = {
-    "splade_cai": ModelKind("splade_cai", "splade_cai", "hf_dr.models.splade", "SPLADECAI", "SPLADE-CAI", _CAI_PAPER,
-                            tags=["splade", "sparse-retrieval", "domain-adaptation", "adalm", "idf"]),
-    "ddr_rem": ModelKind("ddr_rem", "ddr_rem", "hf_dr.models.ddr", "DDRModel", "DDR REM", _DDR_PAPER,
-                         tags=["ddr", "rem", "dense-retrieval", "peft", "lora", "domain-adaptation"]),
-    "ddr_dam": ModelKind("ddr_dam", "ddr_dam", "transformers", "AutoModelForMaskedLM", "DDR DAM", _DDR_PAPER,
-                         tags=["ddr", "dam", "domain-adaptation"], pipeline_tag="fill-mask", remote_code=False,
-                         hooks="hf_dr.models.ddr.DAMCheckpoint"),
-    "berm": ModelKind("berm", "berm", "hf_dr.models.berm", "BERMEncoder", "BERM", _BERM_PAPER,
-                      tags=["berm", "dense-retrieval", "domain-adaptation"]),
-    "dense": ModelKind("dense", "dense", "hf_dr.models.dense", "DenseEncoder", "Dense retriever", _SBERT_PAPER,
-                       tags=["dense-retrieval", "sentence-transformers"], library_name="sentence-transformers",
-                       remote_code=False),
-}
 
 
 def berm_available() -> bool:
@@ -125,7 +49,7 @@ def detect_model_kind(model_dir: str | os.PathLike, kind: str | None = None) -> 
     d = Path(model_dir)
     if not d.is_dir():
         raise HubError(f"{d}: no such model folder")
-    cfg = read_json(d / "config.json")
+    cfg = read_json_or_empty(d / "config.json")
     if not cfg:
         raise HubError(f"{d} is not a hf-dr model folder: it has no (readable) config.json")
     if kind is not None:
@@ -200,7 +124,7 @@ def prepare_model_folder(model_dir: str | os.PathLike, out_dir: str | os.PathLik
         else:  # the common case: load the folder, save weights + config (auto_map) + code + tokenizer
             model, extra = hooks.from_pretrained(str(src)), {}
             model.save_pretrained(tmp, safe_serialization=True)
-        info = {**read_json(src / "train_info.json"), **read_json(src / "dam_info.json")}
+        info = {**read_json_or_empty(src / "train_info.json"), **read_json_or_empty(src / "dam_info.json")}
         for name in ("train_info.json", "dam_info.json"):
             if (src / name).is_file():
                 shutil.copy2(src / name, tmp / name)

@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..io import read_json
+from ..io import read_json_or_empty
 
 __all__ = ["hub_id", "public_name", "portable_reference", "public_values", "public_command", "public_configs",
            "scrub_local_paths", "is_vocabulary", "PATH_FIELDS"]
@@ -110,7 +110,7 @@ def public_configs(folder: str | os.PathLike) -> None:
     for p in Path(folder).rglob("*.json"):
         if is_vocabulary(p):  # tokens, not paths
             continue
-        obj = read_json(p)
+        obj = read_json_or_empty(p)
         if not obj:
             continue
         new = public_values(obj)

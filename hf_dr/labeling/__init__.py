@@ -13,7 +13,7 @@ def __getattr__(name):  # the pipeline pulls in datasets / transformers: load it
 
         return getattr(pseudo_relevance, name)
     if name == "get_reranker":
-        from .rerankers import get_reranker
+        from .teacher import get_reranker
 
         return get_reranker
     raise AttributeError(name)

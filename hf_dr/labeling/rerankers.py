@@ -22,7 +22,8 @@ Implementations:
   and a dense model of the suite (``hf_dr.retrieval.fuse``), over each query's candidates (and
   a corpus sample when they are few: one scale for every query, #21).
 
-``get_reranker("fusion" | "monot5:<id>" | "cross-encoder:<id>", ...)`` builds one.
+A spec string (``"fusion"`` | ``"monot5:<id>"`` | ``"cross-encoder:<id>"``) is parsed once into a
+:class:`~.teacher.Teacher`, which builds one (:func:`~.teacher.get_reranker`).
 """
 
 from __future__ import annotations
@@ -38,8 +39,7 @@ from ..devices import resolve_device
 from ..retrieval import fuse
 from ..retrieval.run import Run
 
-__all__ = ["Reranker", "MonoT5Reranker", "CrossEncoderReranker", "FusionReranker", "get_reranker",
-           "FUSION_REFERENCE_SIZE"]
+__all__ = ["Reranker", "MonoT5Reranker", "CrossEncoderReranker", "FusionReranker", "FUSION_REFERENCE_SIZE"]
 
 #: the fewest documents the fusion teacher normalises each query's scores over (#21)
 FUSION_REFERENCE_SIZE = 100
@@ -272,16 +272,3 @@ class FusionReranker(Reranker):
             self.query_embeddings.update(zip(missing, emb))
         return super().rerank(candidates, queries, show_progress_bar)
 
-
-def get_reranker(spec: str, *, bm25=None, encoder=None, encoder_name: str | None = None, **kwargs) -> Reranker:
-    """``"fusion"`` (needs ``bm25`` and ``encoder``), ``"monot5:<id>"`` or ``"cross-encoder:<id>"``."""
-    kind, _, ident = str(spec).partition(":")
-    if kind == "fusion":
-        return FusionReranker(bm25, encoder, encoder_name=encoder_name, **kwargs)
-    if kind == "monot5":
-        return MonoT5Reranker(ident or "castorini/monot5-3b-msmarco", **kwargs)
-    if kind == "cross-encoder":
-        if not ident:
-            raise ValueError("cross-encoder:<model id or path> needs a model")
-        return CrossEncoderReranker(ident, **kwargs)
-    raise ValueError(f"unknown reranker {spec!r}: use fusion, monot5:<id> or cross-encoder:<id>")

@@ -38,7 +38,7 @@ def _read_json(path: Path) -> dict:
     """A JSON file of a model folder; ``{}`` when it does not exist. A file that exists but cannot
     be read or parsed raises :class:`~hf_dr.models.ModelLoadError`: guessing the pooling instead
     would encode with the wrong one, silently."""
-    from . import ModelLoadError
+    from .checkpoints import ModelLoadError
 
     if not path.is_file():
         return {}
@@ -58,13 +58,13 @@ def _st_settings(path: str) -> dict:
         # ones, and gets the defaults); a Hub that cannot be reached is an error, not mean pooling
         import huggingface_hub
 
-        from . import ModelLoadError, _hub_reason
+        from .checkpoints import ModelLoadError, hub_reason
 
         try:
             p = Path(huggingface_hub.snapshot_download(path, allow_patterns=["*.json"]))
         except Exception as e:
             raise ModelLoadError(f"{path}: the sentence-transformers configuration (pooling, normalisation) of the "
-                                 f"Hub model {path!r} cannot be fetched: {_hub_reason(e)}; {type(e).__name__}: "
+                                 f"Hub model {path!r} cannot be fetched: {hub_reason(e)}; {type(e).__name__}: "
                                  f"{str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")) from None
     out: dict = {}
     own = _read_json(p / _CONFIG_NAME)
@@ -83,7 +83,7 @@ def _st_settings(path: str) -> dict:
                 if isinstance(mode, str) and mode in ("mean", "cls", "max"):
                     out["pooling"] = mode
                 elif mode is not None:
-                    from . import ModelLoadError
+                    from .checkpoints import ModelLoadError
 
                     raise ModelLoadError(f"{path}: pooling {mode!r} is not one hf-dr encodes with (mean, cls, max)")
                 elif pc.get("pooling_mode_cls_token"):
@@ -179,7 +179,7 @@ class DenseEncoder(nn.Module, EncoderMixin):
 
     def load_weights(self, directory: str | os.PathLike) -> None:
         """Load backbone weights saved by :meth:`save_pretrained` (Trainer resume / best model)."""
-        from . import read_checkpoint
+        from .checkpoints import read_checkpoint
 
         state = read_checkpoint(Path(directory) / "model.safetensors", self.backbone.state_dict())
         missing, unexpected = self.backbone.load_state_dict(state, strict=False)

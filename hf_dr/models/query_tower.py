@@ -71,7 +71,7 @@ class QueryTowerEncoder(nn.Module, EncoderMixin):
         if hasattr(self.query_encoder, "load_weights"):
             self.query_encoder.load_weights(directory)
         else:
-            from . import read_checkpoint
+            from .checkpoints import read_checkpoint
 
             self.query_encoder.load_state_dict(read_checkpoint(Path(directory) / "model.safetensors",
                                                                self.query_encoder.state_dict()))

@@ -228,13 +228,15 @@ def write_splade_modules(out: str | os.PathLike, model) -> str | None:
     document = [_SUB, pool]
     query = [_SUB, pool]
     if use_idf:
-        from .splade import splade_idf
+        import inspect
+
+        from .splade.splade_idf import SpladeIDF
 
         idf = "2_SpladeIDF"
         (out / idf).mkdir(exist_ok=True)
         _write_json(out / idf / "config.json", {"vocab_size": V, "idf_exponent": float(cfg.idf_exponent)})
         _link(idf_file, out / idf / "model.safetensors")
-        shutil.copy2(splade_idf.__file__, out / "splade_idf.py")
+        shutil.copy2(inspect.getfile(SpladeIDF), out / "splade_idf.py")
         types[idf] = ST_IDF_MODULE
         document.append(idf)
     if bow:

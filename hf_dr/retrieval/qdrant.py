@@ -28,7 +28,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ..embeddings import Embeddings, EmbeddingsError, model_fingerprint
+from ..embeddings import Embeddings, EmbeddingsError
+from ..fingerprints import model_fingerprint
 from .retriever import Retriever
 from .run import Run
 

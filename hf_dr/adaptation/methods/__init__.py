@@ -4,12 +4,12 @@
 triplets) registered from anywhere, a test file included; ``--method`` offers every registered one.
 """
 
-from .base import DevSet, Method, Prepared, TrainInputs, TrainingSetup, TripletMethod
-from .registry import (METHOD_DEFAULTS, METHODS, get_method, register_method, registered_methods,
-                       resolved_config, unregister_method, with_method_defaults)
+from .base import DevSet, Method, Prepared, TrainInputs, TrainingSetup, TripletMethod, option
+from .registry import (METHOD_DEFAULTS, METHODS, get_method, option_fields, option_owner, register_method,
+                       registered_methods, unregister_method)
 # the built-in methods, registered in this order (the order of --method's choices)
 from . import dodress, pseudo_margin_mse, cai, berm, ddr  # noqa: E402,F401  isort: skip
 
-__all__ = ["Method", "TripletMethod", "TrainingSetup", "TrainInputs", "DevSet", "Prepared", "register_method",
-           "unregister_method", "get_method", "registered_methods", "METHODS", "METHOD_DEFAULTS",
-           "with_method_defaults", "resolved_config"]
+__all__ = ["Method", "TripletMethod", "TrainingSetup", "TrainInputs", "DevSet", "Prepared", "option",
+           "register_method", "unregister_method", "get_method", "registered_methods", "METHODS", "METHOD_DEFAULTS",
+           "option_fields", "option_owner"]

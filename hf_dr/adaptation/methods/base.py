@@ -10,10 +10,24 @@ from pathlib import Path
 from typing import Any
 
 from ...stage_cache import StageCache
-from ..config import AdaptConfig, eval_steps
+from ..config import AdaptConfig
 from ..student import save_model, with_prompts
 
-__all__ = ["Method", "TripletMethod", "TrainingSetup", "TrainInputs", "DevSet", "Prepared"]
+__all__ = ["Method", "TripletMethod", "TrainingSetup", "TrainInputs", "DevSet", "Prepared", "option"]
+
+
+def option(default: Any = None, help: str = "", *, flag: str | None = None, minimum: int | None = None,
+           parse: Callable[[str], Any] | None = None, metavar: str | None = None, is_input: bool = False,
+           record: bool = True):
+    """A field of a method's :attr:`Method.Options` dataclass, with what the command line makes of
+    it: ``help``; ``flag`` (default ``--NAME`` with dashes); ``minimum`` (a whole number at least
+    that); ``parse`` (text -> value, ``ValueError`` on bad text) for any other value type; ``is_input``
+    (a local path the run reads: never overwritten); ``record`` (``False``: not in metrics.json's
+    ``config``). A ``bool`` field is a ``--flag / --no-flag`` pair. ``None`` means "not given" on the
+    command line, so a field's own default is what the method uses unless :attr:`Method.defaults`
+    sets another."""
+    return field(default=default, metadata={"help": help, "flag": flag, "minimum": minimum, "parse": parse,
+                                            "metavar": metavar, "input": is_input, "record": record})
 
 
 @dataclass
@@ -70,7 +84,7 @@ class DevSet:
     def scores(self, stage: str, model, fingerprint: str | None = None, doc_vectors=None) -> dict:
         """:meth:`evaluate`, cached as ``stage`` (``fingerprint``: the model's, when known;
         ``doc_vectors``: documents this model has encoded already)."""
-        from ...embeddings import model_fingerprint
+        from ...fingerprints import model_fingerprint
 
         key = {"model": fingerprint or model_fingerprint(model), "dev": self.key, "max_length": self.max_length,
                "v": 2}
@@ -124,13 +138,19 @@ class Method:
     name: str = ""
     #: what it trains with (``--help``, metrics.json and the card say it)
     description: str = ""
-    #: the configuration of its measured row: AdaptConfig fields left at None take these values
+    #: the configuration of its measured row: AdaptConfig fields left at None, and its own options not
+    #: given, take these values (applied once, by :func:`~hf_dr.adaptation.plan.resolve`)
     defaults: Mapping[str, Any] = {}
     #: what differs from ``defaults`` when the training queries are generated from the corpus (#23;
     #: :func:`~hf_dr.adaptation.config.generates_queries`): the configuration of its measured corpus-only row
     generated_defaults: Mapping[str, Any] = {}
-    #: AdaptConfig fields only this method reads -> what the flag sets (another method refuses them)
-    options: Mapping[str, str] = {}
+    #: the method's own options: a dataclass of :func:`option` fields (``hf-dr adapt`` makes a flag of
+    #: each, in the method's argument group; given to another method, it is refused); the run reads
+    #: them as ``cfg.options`` (:class:`~hf_dr.adaptation.plan.AdaptPlan`), filled by :attr:`defaults`
+    Options: type | None = None
+    #: metrics.json ``budget`` entries this method fills (:meth:`budget`): every run's budget holds
+    #: them, None for the other methods
+    budget_fields: tuple[str, ...] = ()
     #: False: training reads no triplet (only the dev set), and its cache key leaves them out
     trains_on_triplets: bool = True
     #: metrics.json holds an entry named after the method (:meth:`report`; None for the others)
@@ -182,7 +202,7 @@ class Method:
         return self.save(cfg, self.checkpoint_to_model(init, checkpoint), folder)
 
     def base_fingerprints(self, cfg: AdaptConfig, student) -> list[str]:
-        """Fingerprints (:func:`hf_dr.embeddings.model_fingerprint`) of the dense models the student
+        """Fingerprints (:func:`hf_dr.fingerprints.model_fingerprint`) of the dense models the student
         is built on, besides its own (e.g. the backbone a ``BERMEncoder`` wraps): a fusion teacher
         whose dense half is one of them contains the student. By default what the student records
         as ``base_fingerprints``."""
@@ -240,7 +260,7 @@ class TripletMethod(Method):
             model, inputs.triplets if setup.triplets is None else setup.triplets, run_dir, inputs.dev.rows,
             objective=setup.objective, collator=setup.collator, teacher_scores=setup.teacher_scores,
             max_length=max_length, learning_rate=cfg.learning_rate, batch_size=cfg.batch_size,
-            max_steps=cfg.max_steps, eval_steps=eval_steps(cfg), seed=cfg.seed,
+            max_steps=cfg.max_steps, eval_steps=cfg.eval_steps, seed=cfg.seed,
             logging_steps=max(1, min(50, cfg.max_steps // 10)), save_total_limit=None,
             resume_from_checkpoint="last" if last else None, disable_tqdm=not cfg.show_progress_bar,
             dtype=cfg.dtype, evaluator=inputs.dev.trainer_evaluator())

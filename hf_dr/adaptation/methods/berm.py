@@ -30,7 +30,7 @@ class BERM(TripletMethod):
                                          max_doc_length=own_max_length(model), max_query_length=own_max_length(model))
         # the starting model's prompts (a Sentence Transformers folder's): BERM trains, encodes and saves with them
         berm.query_prefix, berm.doc_prefix = getattr(model, "query_prefix", ""), getattr(model, "doc_prefix", "")
-        from ...embeddings import model_fingerprint
+        from ...fingerprints import model_fingerprint
 
         # the dense model it is built on: a fusion teacher with it as its dense half contains the student
         berm.base_fingerprints = [model_fingerprint(model)]

@@ -6,12 +6,14 @@ documents weighted by IDF only in the output. The student is an MLM checkpoint."
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
-from ...stage_cache import digest, folder_fingerprint
-from ..config import AdaptError, dtype_key
+from ...fingerprints import folder_fingerprint
+from ...stage_cache import digest
+from ..config import AdaptError
 from ..student import set_max_length
-from .base import Prepared, TrainingSetup, TripletMethod
+from .base import Prepared, TrainingSetup, TripletMethod, option
 from .registry import register_method
 
 
@@ -29,6 +31,26 @@ def flops_weights(batch_size: int) -> tuple[float, float]:
     return PAPER_FLOPS[0] * f, PAPER_FLOPS[1] * f
 
 
+@dataclass(frozen=True)
+class CAIOptions:
+    """The CAI chain's target-corpus stages. Field defaults: the paper's chain (papers/003); the
+    method's measured defaults (:attr:`SpladeCAI.defaults`) switch the vocabulary and the MLM off."""
+
+    mlm_steps: int = option(1000, "cai: continual MLM steps (default 0: none, measured to degrade splade-tiny, see "
+                            "docs/splade_cai.md; the paper's chain: e.g. 1000; ddr's training is the MLM: --max-steps)",
+                            minimum=0)
+    expand_vocabulary: bool = option(True, "cai: the AdaLM vocabulary expansion (default off: measured to collapse "
+                                     "splade-tiny, see docs/splade_cai.md; --vocabulary for the paper's chain)",
+                                     flag="--vocabulary")
+    delta_v: int = option(3000, "cai: vocabulary increment per iteration (default 3000)", minimum=1)
+
+    def __post_init__(self):
+        if self.mlm_steps < 0:
+            raise ValueError("--mlm-steps must be at least 0 (0: no continual MLM)")
+        if self.delta_v < 1:
+            raise ValueError("--delta-v must be at least 1")
+
+
 @register_method
 class SpladeCAI(TripletMethod):
     name = "cai"
@@ -38,6 +60,8 @@ class SpladeCAI(TripletMethod):
     # 0.30-0.33 with the AdaLM vocabulary; 0.20 after 1,000 MLM steps), see docs/splade_cai.md;
     # SPLADE training at lr 1e-4
     defaults = {"max_steps": 300, "learning_rate": 1e-4, "mlm_steps": 0, "expand_vocabulary": False}
+    Options = CAIOptions
+    budget_fields = ("mlm_steps",)
     reports = True
 
     def check(self, cfg) -> None:
@@ -61,21 +85,22 @@ class SpladeCAI(TripletMethod):
         from ...models.splade import SPLADECAI
         from ..cai import CAIArguments, run_cai
 
+        opts = cfg.options
         corpus_fp = data.corpus_fingerprint()
         local = Path(str(cfg.model)).expanduser()
         params = {"backbone": folder_fingerprint(local) if local.exists() else str(cfg.model), "corpus": corpus_fp,
-                  "vocab": cfg.expand_vocabulary, "delta_v": cfg.delta_v, "mlm_steps": cfg.mlm_steps,
-                  "bs": cfg.batch_size, "len": max_length, "seed": cfg.seed, **dtype_key(cfg)}
+                  "vocab": opts.expand_vocabulary, "delta_v": opts.delta_v, "mlm_steps": opts.mlm_steps,
+                  "bs": cfg.batch_size, "len": max_length, "seed": cfg.seed, **cfg.dtype_key}
         check_model(cfg.model, kind="sparse")
         d = work / f"cai-{digest(params)}"
         fresh = not (d / "report.json").is_file()
-        say(f"cai: {'vocabulary expansion + ' if cfg.expand_vocabulary else ''}"
-            f"{f'continual MLM ({cfg.mlm_steps} steps) + ' if cfg.mlm_steps else ''}IDF on the target corpus"
+        say(f"cai: {'vocabulary expansion + ' if opts.expand_vocabulary else ''}"
+            f"{f'continual MLM ({opts.mlm_steps} steps) + ' if opts.mlm_steps else ''}IDF on the target corpus"
             if fresh else f"cai: cached ({d.name})")
         report = run_cai(CAIArguments(backbone=str(cfg.model), target_data=str(cfg.data), source_data="",
-                                      output_dir=str(d), target_split=None, expand_vocabulary=cfg.expand_vocabulary,
-                                      delta_v=cfg.delta_v, continual_mlm=cfg.mlm_steps > 0,
-                                      mlm_steps=max(1, cfg.mlm_steps), mlm_batch_size=cfg.batch_size,
+                                      output_dir=str(d), target_split=None, expand_vocabulary=opts.expand_vocabulary,
+                                      delta_v=opts.delta_v, continual_mlm=opts.mlm_steps > 0,
+                                      mlm_steps=max(1, opts.mlm_steps), mlm_batch_size=cfg.batch_size,
                                       mlm_max_length=max_length, train_splade=False, evaluate=False, seed=cfg.seed),
                          dtype=cfg.dtype) \
             if fresh else json.loads((d / "report.json").read_text())
@@ -84,7 +109,7 @@ class SpladeCAI(TripletMethod):
         model.config.use_idf = False  # fitted; switched on in the trained model (as_output), never while training
         vocab = report.get("vocabulary") or {}
         return Prepared(model, {"vocabulary_added": vocab.get("added"), "vocabulary_size": vocab.get("final"),
-                                "mlm_steps": cfg.mlm_steps, "idf": True}, "computed" if fresh else "cached")
+                                "mlm_steps": opts.mlm_steps, "idf": True}, "computed" if fresh else "cached")
 
     def train_key(self, cfg) -> dict:
         return {"flops": flops_weights(cfg.batch_size)}
@@ -108,7 +133,7 @@ class SpladeCAI(TripletMethod):
         return model
 
     def budget(self, cfg, record: dict) -> dict:
-        return {"mlm_steps": cfg.mlm_steps, "flops_weights": list(flops_weights(cfg.batch_size))}
+        return {"mlm_steps": cfg.options.mlm_steps, "flops_weights": list(flops_weights(cfg.batch_size))}
 
     def report(self, cfg, student, prepared: Prepared) -> dict | None:
         return prepared.report or None

@@ -8,18 +8,26 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import AdaptError, eval_steps, training_precision
-from .base import Method, TrainInputs
+from ..config import AdaptError
+from .base import Method, TrainInputs, option
 from .registry import register_method
+
+
+@dataclass(frozen=True)
+class DDROptions:
+    rem: str | None = option(None, "ddr: the REM the target DAM is made for, when --model cannot say so (a Hub id); "
+                             "a REM folder is given as --model", is_input=True, record=False)
 
 
 def rem_of(cfg) -> str:
     """The trained REM ``--method ddr`` adapts: ``--model`` when it is a DDR REM folder (or a Hub id
     given as ``--rem``); anything else is refused (:class:`~hf_dr.adaptation.config.AdaptError`)."""
-    if cfg.rem and str(cfg.rem) != str(cfg.model):
-        raise AdaptError(f"--method ddr: give the REM once, as --model (got --model {cfg.model} and --rem {cfg.rem})")
+    rem = cfg.options.rem
+    if rem and str(rem) != str(cfg.model):
+        raise AdaptError(f"--method ddr: give the REM once, as --model (got --model {cfg.model} and --rem {rem})")
     cfg_file = Path(str(cfg.model)).expanduser() / "config.json"
     model_type = None
     if cfg_file.is_file():
@@ -27,8 +35,8 @@ def rem_of(cfg) -> str:
             model_type = json.loads(cfg_file.read_text()).get("model_type")
         except ValueError:
             model_type = None
-    elif cfg.rem:  # a Hub id named as a REM
-        return str(cfg.rem)
+    elif rem:  # a Hub id named as a REM
+        return str(rem)
     if model_type != "ddr":
         raise AdaptError(f"--method ddr adapts a trained DDR REM to the corpus (a target DAM for it): {cfg.model} is "
                          f"not a REM ({model_type or 'no DDR config.json'}); train one with examples/train_ddr.py, "
@@ -41,6 +49,7 @@ class DDR(Method):
     name = "ddr"
     description = "DDR: a target DAM by continual MLM on the corpus for a given REM (papers/001)"
     defaults = {"max_steps": 300, "learning_rate": 2e-5}
+    Options = DDROptions
     trains_on_triplets = False  # the labels only make the dev set
     reports = True
 
@@ -73,10 +82,10 @@ class DDR(Method):
             quiet_progress_bars()
         args = TrainingArguments(output_dir=str(run_dir), max_steps=cfg.max_steps,
                                  per_device_train_batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
-                                 save_strategy="steps", save_steps=eval_steps(cfg), save_total_limit=None,
+                                 save_strategy="steps", save_steps=cfg.eval_steps, save_total_limit=None,
                                  seed=cfg.seed, data_seed=cfg.seed, report_to=[],
                                  logging_steps=max(1, min(50, cfg.max_steps // 10)),
-                                 disable_tqdm=not cfg.show_progress_bar, **training_precision(cfg))
+                                 disable_tqdm=not cfg.show_progress_bar, **cfg.training_precision)
         mlm = load_mlm_model(model.config.dam_name_or_path)
         train_mlm(mlm, model.tokenizer, texts, args, MLMArguments(max_length=max_length),
                   resume_from_checkpoint=last or False, save=False)

@@ -1,16 +1,16 @@
-"""The registry of adaptation methods (``hf-dr adapt --method`` offers every registered one), and a
-configuration resolved by its method's defaults."""
+"""The registry of adaptation methods (``hf-dr adapt --method`` offers every registered one, and a
+flag for each of their options)."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping
 
-from ..config import CONFIG_FIELDS, FALLBACKS, AdaptConfig, AdaptError, eval_steps, generates_queries
+from ..config import AdaptConfig, AdaptError
 from .base import Method
 
 __all__ = ["register_method", "unregister_method", "get_method", "registered_methods", "METHODS",
-           "METHOD_DEFAULTS", "with_method_defaults", "resolved_config"]
+           "METHOD_DEFAULTS", "option_fields", "option_owner"]
 
 _REGISTRY: dict[str, Method] = {}
 
@@ -23,8 +23,24 @@ def register_method(method, *, replace: bool = False):
         raise TypeError(f"register_method takes a Method with a name (got {method!r})")
     if instance.name in _REGISTRY and not replace:
         raise ValueError(f"an adaptation method named {instance.name!r} is already registered")
+    common = {f.name for f in dataclasses.fields(AdaptConfig)}
+    for f in option_fields(instance):
+        owner = option_owner(f.name)
+        if f.name in common or (owner is not None and owner.name != instance.name):
+            raise ValueError(f"{instance.name}: its option {f.name!r} is already "
+                             f"{'a field of AdaptConfig' if f.name in common else f'an option of {owner.name}'}")
     _REGISTRY[instance.name] = instance
     return method
+
+
+def option_fields(method: Method) -> tuple[dataclasses.Field, ...]:
+    """The fields of ``method``'s options (:attr:`Method.Options`; none without)."""
+    return dataclasses.fields(method.Options) if method.Options is not None else ()
+
+
+def option_owner(name: str) -> Method | None:
+    """The registered method that has the option ``name``, or None."""
+    return next((m for m in _REGISTRY.values() if any(f.name == name for f in option_fields(m))), None)
 
 
 def unregister_method(name: str) -> None:
@@ -69,27 +85,3 @@ METHODS: Mapping[str, str] = _Registered("description")
 #: ``hf-dr adapt`` with no tuning flag; a test checks that the two agree); a live view
 METHOD_DEFAULTS: Mapping[str, Mapping] = _Registered("defaults")
 
-
-def with_method_defaults(cfg: AdaptConfig) -> AdaptConfig:
-    """``cfg`` with every field left at ``None`` set to its method's default (:attr:`Method.defaults`,
-    with :attr:`Method.generated_defaults` over them when the training queries are generated, then
-    :data:`~hf_dr.adaptation.config.FALLBACKS`), and ``eval_steps`` resolved
-    (:func:`~hf_dr.adaptation.config.eval_steps`)."""
-    method = _REGISTRY.get(cfg.method)
-    own = {**FALLBACKS, **(method.defaults if method else {})}
-    if method is not None and method.generated_defaults and generates_queries(cfg):
-        own.update(method.generated_defaults)
-    filled = {k: v for k, v in own.items() if getattr(cfg, k) is None}
-    cfg = dataclasses.replace(cfg, **filled)
-    if cfg.eval_steps is None and cfg.max_steps and cfg.max_steps > 0:
-        cfg = dataclasses.replace(cfg, eval_steps=eval_steps(cfg))
-    return cfg
-
-
-def resolved_config(cfg: AdaptConfig) -> dict:
-    """The fields of :data:`~hf_dr.adaptation.config.CONFIG_FIELDS` after :func:`with_method_defaults`
-    (what metrics.json records)."""
-    cfg = with_method_defaults(cfg)
-    # the training queries when not the folder's own (auto: the keys of the rows measured before --queries fill)
-    return {**{k: getattr(cfg, k) for k in CONFIG_FIELDS},
-            **({"queries": cfg.queries} if cfg.queries != "auto" else {})}
