@@ -1,0 +1,400 @@
+"""hf-dr ingest: extractors, the splitter, bad files, the folder (resumable, split over processes) and
+the command. Fast tests build tiny files; those reading ../shared, spawning processes or running the
+command in a subprocess are marked."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hf_dr.cli import main
+from hf_dr.ingest import Block, SkipFile, TokenCounter, doc_id, extract, ingest_folder, passage_doc, split_document
+from hf_dr.ingest.extract import decode_text, markdown_blocks
+from hf_dr.ingest.split import document_text
+
+from .conftest import MINILM, REPO, need
+
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+
+
+def _prose(rng: random.Random, sentences: int, words: int = 12) -> str:
+    return " ".join(" ".join(rng.choice(WORDS) for _ in range(words)).capitalize() + "." for _ in range(sentences))
+
+
+def _pdf(path: Path, pages: list[str], title: str = "", password: str | None = None) -> Path:
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    if title:
+        pdf.set_title(title)
+    if password:
+        pdf.set_encryption(owner_password="owner", user_password=password)
+    for text in pages:
+        pdf.add_page()
+        pdf.set_font("Helvetica", size=11)
+        pdf.multi_cell(0, 5, text)
+    pdf.output(str(path))
+    return path
+
+
+def _docx(path: Path) -> Path:
+    import docx
+
+    d = docx.Document()
+    d.add_heading("The report", level=1)
+    d.add_heading("Methods", level=2)
+    d.add_paragraph("We counted the cells twice.")
+    d.add_heading("Results", level=2)
+    d.add_paragraph("The counts agreed.")
+    d.save(str(path))
+    return path
+
+
+def _read(out: Path) -> tuple[list[dict], dict[str, dict]]:
+    lines = [json.loads(x) for x in (out / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
+    manifest = [json.loads(x) for x in (out / "manifest.jsonl").read_text(encoding="utf-8").splitlines()]
+    return lines, {m["path"]: m for m in manifest}
+
+
+# ---------------------------------------------------------------------------- the splitter
+def _check_passages(ps, blocks, counter, window):
+    text, _ = document_text(blocks)
+    for p in ps:
+        assert text[p.start:p.end] == p.text
+        assert counter.window_used(p.title, p.text) <= window
+    covered = set()
+    for p in ps:
+        covered.update(range(p.start, p.end))
+    assert {i for i, c in enumerate(text) if not c.isspace()} <= covered  # nothing cut unseen
+
+
+@pytest.mark.parametrize("window, overlap", [(16, 0), (40, 8), (100, 20)])
+def test_passages_fit_the_window_cover_the_text_and_overlap(window, overlap):
+    rng = random.Random(window)
+    blocks = [Block(_prose(rng, rng.randint(1, 6), rng.randint(3, 20))) for _ in range(12)]
+    counter = TokenCounter()
+    ps = split_document("", blocks, counter, window, overlap)
+    _check_passages(ps, blocks, counter, window)
+    assert len(ps) > 1
+    shared = [a.end > b.start for a, b in zip(ps, ps[1:])]
+    assert any(shared) if overlap else not any(shared)
+    for a, b in zip(ps, ps[1:]):
+        assert b.start > a.start
+        if a.end > b.start:  # what is shared is at most `overlap` tokens
+            assert counter.count(a.text[b.start - a.start:]) <= overlap
+
+
+def test_cuts_fall_on_paragraphs_then_sentences_then_tokens():
+    counter = TokenCounter()
+    blocks = [Block("One two three. Four five six."), Block("Seven eight nine ten.")]
+    ps = split_document("", blocks, counter, 8, 0)
+    assert [p.text for p in ps] == ["One two three. Four five six.", "Seven eight nine ten."]
+    ps = split_document("", blocks, counter, 4, 0)  # a paragraph too long: its sentences
+    assert [p.text for p in ps] == ["One two three.", "Four five six.", "Seven eight nine ten."]
+    long = [Block(" ".join(f"w{i}" for i in range(20)))]  # a sentence too long: token windows
+    ps = split_document("", long, counter, 8, 0)
+    assert [counter.count(p.text) for p in ps] == [8, 8, 4]
+    _check_passages(ps, long, counter, 8)
+
+
+def test_headings_make_the_title_and_split_sections():
+    counter = TokenCounter()
+    blocks = [Block("Intro text.", None, ()), Block("Method text.", None, ("Methods",)),
+              Block("Sub text.", None, ("Methods", "Details"))]
+    ps = split_document("Report", blocks, counter, 64, 8)
+    assert [(p.title, p.text) for p in ps] == [("Report", "Intro text."), ("Report > Methods", "Method text."),
+                                               ("Report > Methods > Details", "Sub text.")]
+    # the title counts in the window: a long title leaves less room
+    title = " ".join(["t"] * 10)
+    ps = split_document(title, [Block(" ".join(["x"] * 60))], counter, 40, 0)
+    assert all(counter.window_used(p.title, p.text) <= 40 for p in ps) and len(ps) == 2
+
+
+@pytest.mark.shared
+def test_passages_fit_minilm_as_its_tokenizer_counts():
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(need(MINILM))
+    counter = TokenCounter(tok, prompt="passage: ")
+    rng = random.Random(0)
+    blocks = [Block(_prose(rng, 8, 25) + " Hutchinson–Gilford (HGPS; OMIM 176670) μ-opioid", 3, ("Sec",))
+              for _ in range(6)]
+    ps = split_document("A title", blocks, counter, 64, 16)
+    _check_passages(ps, blocks, counter, 64)
+    for p in ps:  # the count is the encoder's: special tokens, prompt, title and text
+        ids = tok("passage: " + p.title + " " + p.text)["input_ids"]
+        assert len(ids) <= 64 and p.page == 3
+
+
+# ---------------------------------------------------------------------------- extractors
+def test_extractors_read_each_format(tmp_path):
+    pdf = extract(_pdf(tmp_path / "a.pdf", ["First page words.", "Second page words."], title="A PDF"))
+    assert pdf.title == "A PDF" and pdf.pages == 2
+    assert [(b.text, b.page) for b in pdf.blocks] == [("First page words.", 1), ("Second page words.", 2)]
+    d = extract(_docx(tmp_path / "a.docx"))
+    assert d.title == "The report"
+    assert [(b.text, b.headings) for b in d.blocks] == [("We counted the cells twice.", ("Methods",)),
+                                                        ("The counts agreed.", ("Results",))]
+    (tmp_path / "a.html").write_text("<html><head><title>Page</title></head><body><nav>Home | About</nav><article>"
+                                     "<h2>Part</h2><p>" + "Useful text about retrieval. " * 5 + "</p></article>"
+                                     "<footer>Copyright notice</footer></body></html>")
+    h = extract(tmp_path / "a.html")
+    assert h.title == "Page" and "Useful text about retrieval." in h.blocks[0].text
+    assert h.blocks[0].headings == ("Part",) and not any("Copyright" in b.text for b in h.blocks)
+    title, blocks = markdown_blocks("# Doc\n\nIntro\nline two.\n\n## A\n\nIn A.\n\n```\ncode  kept\n```\n\n### B\n\nIn B.\n")
+    assert title == "Doc"
+    assert [(b.text, b.headings) for b in blocks] == [("Intro line two.", ()), ("In A.", ("A",)),
+                                                      ("code  kept", ("A",)), ("In B.", ("A", "B"))]
+
+
+def test_bad_files_are_skipped_with_their_reason(tmp_path):
+    cases = {"empty.txt": b"", "junk.bin.txt": bytes(range(256)) * 8, "corrupt.pdf": b"%PDF-1.4 not a pdf",
+             "bad.docx": b"PK not a zip", "blank.md": b"\n\n   \n"}
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+    _pdf(tmp_path / "locked.pdf", ["secret"], password="pw")
+    _pdf(tmp_path / "scan.pdf", [""])
+    reasons = {}
+    for name in [*cases, "locked.pdf", "scan.pdf"]:
+        with pytest.raises(SkipFile) as e:
+            extract(tmp_path / name)
+        reasons[name] = str(e.value)
+    assert reasons["empty.txt"] == "empty file"
+    assert reasons["junk.bin.txt"].startswith("binary content")
+    assert reasons["corrupt.pdf"].startswith("not a readable PDF")
+    assert reasons["locked.pdf"].startswith("encrypted PDF")
+    assert reasons["scan.pdf"].startswith("no text layer")
+    assert reasons["bad.docx"].startswith("not a readable DOCX")
+    assert reasons["blank.md"].startswith("no text")
+
+
+def test_text_that_is_not_utf8_is_decoded_with_a_stated_fallback():
+    assert decode_text("café".encode("utf-8")) == ("café", [])
+    assert decode_text("\ufeffBOM".encode("utf-8")) == ("BOM", [])
+    text, notes = decode_text("naïve – “quoted”".encode("cp1252"))
+    assert text == "naïve – “quoted”" and "decoded as cp1252" in notes[0]
+    text, notes = decode_text(b"caf\xe9 \x81")  # 0x81 is not cp1252: latin-1 takes any byte
+    assert text == "café \x81" and "decoded as latin-1" in notes[0]
+
+
+def test_ids_escape_what_beir_ids_cannot_hold():
+    assert doc_id("a/b.pdf") == "a/b.pdf"
+    assert doc_id("my report\n2.pdf") == "my%20report%0A2.pdf"
+    assert doc_id("100%.txt") == "100%25.txt"
+    assert passage_doc("a#b.pdf#12") == "a#b.pdf" and passage_doc("doc") is None and passage_doc("x#y") is None
+
+
+# ---------------------------------------------------------------------------- the folder
+def _bad_folder(tmp_path: Path) -> Path:
+    src = tmp_path / "in"
+    (src / "sub" / "deeper").mkdir(parents=True)
+    rng = random.Random(1)
+    (src / "long.txt").write_text("\n\n".join(_prose(rng, 5) for _ in range(20)))
+    (src / "sub" / "notes.md").write_text("# Notes\n\n## One\n\nFirst part.\n\n## Two\n\nSecond part.\n")
+    (src / "sub" / "latin.txt").write_bytes("Une phrase en français, déjà.".encode("cp1252"))
+    (src / "sub" / "weird\nname.txt").write_text("A file whose name holds a newline.")
+    (src / "empty.txt").write_bytes(b"")
+    (src / "junk.txt").write_bytes(bytes(range(256)) * 4)
+    (src / "corrupt.pdf").write_bytes(b"%PDF-1.4 broken")
+    (src / "big.txt").write_text("word " * 300_000)  # 1.4 MiB, over a cap of 1 MiB
+    (src / "table.jsonl").write_text('{"_id": "r1", "text": "row one"}\n')
+    (src / ".hidden.txt").write_text("not read")
+    outside = tmp_path / "secret.txt"
+    outside.write_text("outside DIR")
+    os.symlink(outside, src / "out-link.txt")
+    os.symlink(src / "sub", src / "sub" / "deeper" / "loop")  # a folder linking to its own ancestor
+    os.symlink(src / "long.txt", src / "alias.txt")
+    os.symlink(src / "missing.txt", src / "broken.txt")
+    os.symlink("self-a", src / "self-b")
+    os.symlink("self-b", src / "self-a")
+    return src
+
+
+def test_bad_files_in_a_folder_are_reported_never_fatal(tmp_path):
+    src = _bad_folder(tmp_path)
+    report = ingest_folder(src, tmp_path / "C", max_tokens=30, overlap=5, max_file_size=1 << 20,
+                           show_progress_bar=False)
+    lines, m = _read(tmp_path / "C")
+    assert {p for p, e in m.items() if e["status"] == "ingested"} == {
+        "long.txt", "sub/notes.md", "sub/latin.txt", "sub/weird\nname.txt"}
+    why = {p: e["reason"] for p, e in m.items() if e["status"] == "skipped"}
+    assert why["empty.txt"] == "empty file" and why["junk.txt"].startswith("binary")
+    assert why["corrupt.pdf"].startswith("not a readable PDF")
+    assert "larger than the cap" in why["big.txt"] and "--text-column" in why["table.jsonl"]
+    assert why["out-link.txt"].startswith("symlink pointing outside DIR: refused")
+    assert why["sub/deeper/loop"].startswith("symlink loop") and why["self-a"] == why["self-b"] == "symlink loop"
+    assert why["alias.txt"].startswith("symlink to long.txt") and why["broken.txt"].startswith("broken symlink")
+    assert why[".hidden.txt"].startswith("hidden")
+    assert "decoded as cp1252" in m["sub/latin.txt"]["notes"][0]
+    assert "sub/weird%0Aname.txt#<n>" in m["sub/weird\nname.txt"]["notes"][0]
+    assert not any("outside DIR" in x["text"] for x in lines)
+    assert report["files"] == len(m) and report["passages"] == len(lines) and report["skipped"] == len(why)
+    assert {x["metadata"]["source"] for x in lines} == {"long.txt", "sub/notes.md", "sub/latin.txt", "sub/weird\nname.txt"}
+    from hf_dr.data.beir import load_corpus_data
+
+    data = load_corpus_data(tmp_path / "C")  # a BEIR corpus: the ids are valid
+    assert len(data.corpus) == len(lines)
+    assert [x["title"] for x in lines if x["metadata"]["source"] == "sub/notes.md"] == ["Notes > One", "Notes > Two"]
+
+
+def test_tables_are_read_row_by_row_with_text_column(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a.jsonl").write_text('{"_id": "d1", "title": "T1", "body": "first row"}\n{"_id": "d2", "body": ""}\n'
+                                 '{"_id": "d1", "body": "again"}\n')
+    (src / "b.csv").write_text('id,body\nc1,"a csv row, with a comma\nand a newline"\n')
+    pq.write_table(pa.table({"body": ["parquet row"]}), src / "c.parquet")
+    ingest_folder(src, tmp_path / "C", max_tokens=20, text_column="body", show_progress_bar=False)
+    lines, m = _read(tmp_path / "C")
+    assert [(x["_id"], x["title"], x["text"]) for x in lines] == [
+        ("d1#0", "T1", "first row"), ("c1#0", "", "a csv row, with a comma and a newline"),
+        ("c.parquet:0#0", "", "parquet row")]
+    assert m["a.jsonl"]["rows"] == 3 and len(m["a.jsonl"]["notes"]) == 2
+
+
+class Crash(Exception):
+    pass
+
+
+def test_a_crash_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch):
+    import hf_dr.ingest.folder as F
+
+    src = tmp_path / "in"
+    src.mkdir()
+    rng = random.Random(2)
+    for i in range(30):
+        (src / f"f{i:02d}.txt").write_text("\n\n".join(_prose(rng, 3) for _ in range(rng.randint(1, 4))))
+    kw = dict(max_tokens=25, overlap=4, shard_size=4, show_progress_bar=False)
+    ingest_folder(src, tmp_path / "whole", **kw)
+    real, calls = F.write_atomic, []
+
+    def crash_at_shard_3(path, write):
+        calls.append(path)
+        if path.name == "00003.jsonl":
+            raise Crash("killed")
+        return real(path, write)
+
+    monkeypatch.setattr(F, "write_atomic", crash_at_shard_3)
+    with pytest.raises(Crash):
+        ingest_folder(src, tmp_path / "resumed", **kw)
+    assert not (tmp_path / "resumed" / "corpus.jsonl").exists()
+    monkeypatch.setattr(F, "write_atomic", real)
+    ingest_folder(src, tmp_path / "resumed", **kw)
+    assert (tmp_path / "resumed" / "corpus.jsonl").read_bytes() == (tmp_path / "whole" / "corpus.jsonl").read_bytes()
+    assert (tmp_path / "resumed" / "manifest.jsonl").read_bytes() == (tmp_path / "whole" / "manifest.jsonl").read_bytes()
+    (src / "new.txt").write_text("added later")  # another listing: refused, never mixed
+    with pytest.raises(ValueError, match="begun with other settings"):
+        (tmp_path / "resumed" / "ingest.json").unlink()
+        (tmp_path / "resumed" / "plan.json").write_text(json.dumps({"format": 1, "listing": "old"}))
+        ingest_folder(src, tmp_path / "resumed", **kw)
+
+
+def test_the_command_exits_2_only_when_nothing_is_usable(tmp_path, capsys):
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "empty.txt").write_bytes(b"")
+    (src / "corrupt.pdf").write_bytes(b"%PDF junk")
+    assert main(["ingest", str(src), "--output", str(tmp_path / "C"), "--max-tokens", "50", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nothing usable" in err[0] and "empty file: 1" in err[0]
+    (src / "ok.md").write_text("# Fine\n\nSome words.")
+    assert main(["ingest", str(src), "--output", str(tmp_path / "D"), "--max-tokens", "50", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "1 passages" in out and "skipped 2 file(s)" in out
+    assert main(["ingest", str(src), "--output", str(tmp_path / "E")]) == 2  # neither --model nor --max-tokens
+    assert "--model" in capsys.readouterr().err
+
+
+def test_a_missing_extra_is_named_before_any_work(tmp_path, monkeypatch, capsys):
+    src = tmp_path / "in"
+    src.mkdir()
+    _pdf(src / "a.pdf", ["text"])
+    for name in [m for m in sys.modules if m == "pypdfium2" or m.startswith("pypdfium2.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "pypdfium2", None)
+    assert main(["ingest", str(src), "--output", str(tmp_path / "C"), "--max-tokens", "50"]) == 2
+    assert 'pip install "hf-dr[documents]"' in capsys.readouterr().err
+
+
+@pytest.mark.shared
+def test_acceptance_mixed_folder_with_minilm(tmp_path, capsys):
+    """PDF, DOCX, HTML, Markdown, a 3,000-word text, a corrupt PDF and an empty file."""
+    from transformers import AutoTokenizer
+
+    src = tmp_path / "in"
+    src.mkdir()
+    rng = random.Random(3)
+    _pdf(src / "report.pdf", [_prose(rng, 25), _prose(rng, 25)], title="Report")
+    _docx(src / "doc.docx")
+    (src / "page.html").write_text("<html><head><title>Page</title></head><body><article><p>" + _prose(rng, 6) +
+                                   "</p></article></body></html>")
+    (src / "notes.md").write_text("# Notes\n\n## A\n\n" + _prose(rng, 3))
+    (src / "long.txt").write_text("\n\n".join(_prose(rng, 10, 10) for _ in range(30)))  # 3,000 words
+    (src / "corrupt.pdf").write_bytes(b"%PDF-1.7 garbage")
+    (src / "empty.txt").write_bytes(b"")
+    assert main(["ingest", str(src), "--output", str(tmp_path / "C"), "--model", str(need(MINILM)), "--no-progress"]) == 0
+    lines, m = _read(tmp_path / "C")
+    tok = AutoTokenizer.from_pretrained(MINILM)
+    long = [x for x in lines if x["metadata"]["source"] == "long.txt"]
+    assert len(long) >= 12  # 3,000 words (about 3,300 tokens) in windows of 256
+    assert all(len(tok(x["title"] + " " + x["text"])["input_ids"]) <= 256 for x in lines)
+    assert {x["metadata"]["source"] for x in lines} == {"report.pdf", "doc.docx", "page.html", "notes.md", "long.txt"}
+    assert {x["metadata"]["page"] for x in lines if x["metadata"]["source"] == "report.pdf"} == {1, 2}
+    assert m["corrupt.pdf"]["reason"].startswith("not a readable PDF") and m["empty.txt"]["reason"] == "empty file"
+
+
+# ---------------------------------------------------------------------------- processes
+def _small_files(src: Path, n: int) -> None:
+    src.mkdir()
+    rng = random.Random(4)
+    for i in range(n):
+        (src / f"d{i // 100:02d}").mkdir(exist_ok=True)
+        (src / f"d{i // 100:02d}" / f"f{i:04d}.txt").write_text(_prose(rng, rng.randint(1, 6)))
+
+
+def _ingest_cmd(src: Path, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "hf_dr.cli", "ingest", str(src), "--output", str(out), "--max-tokens", "40",
+            "--shard-size", "50", "--no-progress", *extra]
+
+
+@pytest.mark.spawn
+@pytest.mark.cli
+def test_kill_9_during_ingest_of_2000_files_then_rerun_equals_one_run(tmp_path):
+    src = tmp_path / "in"
+    _small_files(src, 2000)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    subprocess.run(_ingest_cmd(src, tmp_path / "whole"), check=True, env=env, timeout=600)
+    proc = subprocess.Popen(_ingest_cmd(src, tmp_path / "killed"), env=env)
+    shards = tmp_path / ".killed.partial" / "shards"
+    deadline = time.time() + 300
+    while time.time() < deadline and len(list(shards.glob("*.json"))) < 5:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = len(list(shards.glob("*.json")))
+    assert 5 <= done < 40 and not (tmp_path / "killed").exists()  # killed mid-way
+    subprocess.run(_ingest_cmd(src, tmp_path / "killed"), check=True, env=env, timeout=600)
+    assert (tmp_path / "killed" / "corpus.jsonl").read_bytes() == (tmp_path / "whole" / "corpus.jsonl").read_bytes()
+    assert (tmp_path / "killed" / "manifest.jsonl").read_bytes() == (tmp_path / "whole" / "manifest.jsonl").read_bytes()
+    assert len((tmp_path / "whole" / "manifest.jsonl").read_text().splitlines()) == 2000
+
+
+@pytest.mark.spawn
+def test_workers_split_the_shards_with_the_same_result(tmp_path):
+    src = tmp_path / "in"
+    _small_files(src, 300)
+    one = ingest_folder(src, tmp_path / "one", max_tokens=40, shard_size=20, show_progress_bar=False)
+    two = ingest_folder(src, tmp_path / "two", max_tokens=40, shard_size=20, workers=3, show_progress_bar=False)
+    assert one["passages"] == two["passages"]
+    assert (tmp_path / "one" / "corpus.jsonl").read_bytes() == (tmp_path / "two" / "corpus.jsonl").read_bytes()
