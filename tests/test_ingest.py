@@ -398,3 +398,89 @@ def test_workers_split_the_shards_with_the_same_result(tmp_path):
     two = ingest_folder(src, tmp_path / "two", max_tokens=40, shard_size=20, workers=3, show_progress_bar=False)
     assert one["passages"] == two["passages"]
     assert (tmp_path / "one" / "corpus.jsonl").read_bytes() == (tmp_path / "two" / "corpus.jsonl").read_bytes()
+
+
+# ---------------------------------------------------------------------------- nothing cut unseen
+def test_the_encode_loop_says_how_many_texts_it_truncated(tiny_tokenizer, caplog):
+    import logging
+
+    import numpy as np
+    import torch
+
+    from hf_dr.encoding import encode, reset_length_reports
+
+    rng = random.Random(5)
+    texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 60))) for _ in range(40)]
+    whole = [len(tiny_tokenizer(t)["input_ids"]) for t in texts]
+    over = [n - 20 for n in whole if n > 20]
+    assert over and len(over) < len(texts)
+    reset_length_reports()
+    forward = lambda ids, mask: torch.nn.functional.one_hot(ids[:, 0] % 4, 4).float()  # noqa: E731
+    with caplog.at_level(logging.WARNING, logger="hf_dr.encoding"):
+        encode(texts, tiny_tokenizer, forward, max_length=20, chunk_size=7, desc="Encoding corpus")
+    msgs = [r.getMessage() for r in caplog.records if r.name == "hf_dr.encoding"]
+    p95 = int(np.percentile(over, 95, method="higher"))
+    assert msgs == [f"corpus: {len(over):,} of {len(texts):,} texts ({100 * len(over) / len(texts):.1f}%) are longer "
+                    f"than the max length of 20 tokens ({p95:,} tokens beyond it at the 95th percentile, {max(over):,} "
+                    "at most): truncated to 20, the rest is not read. hf-dr ingest splits documents into passages that "
+                    "fit (docs/ingest.md)"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="hf_dr.encoding"):  # the same kind again: not repeated
+        encode(texts, tiny_tokenizer, forward, max_length=20, desc="Encoding corpus")
+        encode(texts[:3], tiny_tokenizer, forward, max_length=200, desc="Encoding corpus")  # nothing cut: silent
+    assert [r for r in caplog.records if r.name == "hf_dr.encoding"] == []
+
+
+def test_passages_are_scored_as_their_documents():
+    from hf_dr.evaluation import aggregate_passages
+
+    run = {"q": {"a#0": 1.0, "a#1": 3.0, "b#1": 2.5, "b#0": 0.5, "c": 2.0}}
+    assert aggregate_passages(run, "maxp") == {"q": {"a": 3.0, "b": 2.5, "c": 2.0}}
+    assert aggregate_passages(run, "firstp") == {"q": {"a": 1.0, "b": 0.5, "c": 2.0}}
+    assert aggregate_passages(run, "sum") == {"q": {"a": 4.0, "b": 3.0, "c": 2.0}}
+    with pytest.raises(ValueError, match="unknown aggregation"):
+        aggregate_passages(run, "mean")
+
+
+def _sample_as_passages(tmp_path: Path, max_tokens: int) -> Path:
+    """The bundled sample's corpus ingested (rows of its corpus.jsonl), with its queries and qrels."""
+    from .conftest import SAMPLE
+
+    src = tmp_path / "rows"
+    src.mkdir(parents=True)
+    (src / "corpus.jsonl").write_bytes((SAMPLE / "corpus.jsonl").read_bytes())
+    out = tmp_path / "passages"
+    ingest_folder(src, out, max_tokens=max_tokens, overlap=0, text_column="text", show_progress_bar=False)
+    (out / "queries.jsonl").write_bytes((SAMPLE / "queries.jsonl").read_bytes())
+    (out / "qrels").mkdir()
+    (out / "qrels" / "test.tsv").write_bytes((SAMPLE / "qrels" / "test.tsv").read_bytes())
+    return out
+
+
+@pytest.mark.slow
+def test_evaluation_of_passages_goes_through_the_one_metric_path(tmp_path):
+    """One passage per document: the same nDCG as the corpus itself; many: MaxP by default, FirstP and
+    sum when asked, each equal to scoring the aggregated run with evaluate_run."""
+    from hf_dr.data import load_beir
+    from hf_dr.evaluation import aggregate_passages, evaluate, evaluate_run
+    from hf_dr.retrieval import BM25Retriever
+
+    from .conftest import SAMPLE
+
+    ref = load_beir(SAMPLE, split="test")
+    base = evaluate(BM25Retriever.from_data(ref), ref)
+    assert base.aggregation is None
+    whole = load_beir(_sample_as_passages(tmp_path / "one", 100_000), split="test")
+    res = evaluate(BM25Retriever.from_data(whole), whole)
+    assert res.aggregation["how"] == "maxp" and res.aggregation["passages"] == res.aggregation["documents"] == 500
+    assert res.aggregate == pytest.approx(base.aggregate, abs=1e-12)
+    data = load_beir(_sample_as_passages(tmp_path / "many", 24), split="test")
+    assert len(data.corpus) > 1.5 * len(ref.corpus)
+    bm25 = BM25Retriever.from_data(data)
+    passages = bm25.search(data.split_queries(), len(data.corpus))
+    for how in ("maxp", "firstp", "sum"):
+        res = evaluate(bm25, data, aggregate=how)
+        assert res.aggregation["how"] == how
+        assert res.aggregate == evaluate_run(data.qrels, aggregate_passages(passages, how)).aggregate
+    none = evaluate(bm25, data, aggregate="none")
+    assert none.aggregation is None and none.aggregate["ndcg@10"] == 0.0  # the qrels judge no passage

@@ -37,6 +37,10 @@ def register(sub) -> None:
                         "unless the qrels judge it relevant to that query (BEIR's ignore_identical_ids)")
     g.add_argument("--keep-identical-ids", dest="ignore_identical_ids", action="store_false",
                    help="keep every self-match")
+    p.add_argument("--aggregate", choices=("auto", "maxp", "firstp", "sum", "none"), default="auto",
+                   help="a corpus of passages (hf-dr ingest: ids <doc>#<n>) whose documents the qrels judge: score a "
+                        "document by its best passage (maxp), its first (firstp) or their sum; auto (default) = maxp "
+                        "where that is so, none otherwise")
     p.add_argument("--bm25-stemmer", type=stemmer_name, default="english", help="PyStemmer language, or 'none'")
     p.add_argument("--bm25-stopwords", type=stopwords_name, default="en", help="'en' (or de, fr...) or 'none'")
     p.add_argument("--hybrid-second", choices=("dense", "sparse"), default=None,
@@ -220,7 +224,7 @@ def run(args) -> int:
             bm25_stopwords=args.bm25_stopwords, hybrid_second=args.hybrid_second, fusion=args.fusion or "zscore",
             fusion_weights=args.fusion_weights, **index_options(args))
     result = evaluate(retriever, data, k=args.top_k, metrics=args.metrics or DEFAULT_METRICS,
-                      ignore_identical_ids=args.ignore_identical_ids, queries=queries)
+                      ignore_identical_ids=args.ignore_identical_ids, queries=queries, aggregate=args.aggregate)
     info = {**retriever.info(), "model": args.model, "sparse_model": args.sparse_model, "embeddings": args.embeddings,
             **({"saved_indexes": args.index} if args.index else {}), "data": str(data.name),
             "split": data.split, "n_queries": len(queries), "n_docs": len(data.corpus),
@@ -229,6 +233,12 @@ def run(args) -> int:
     print(format_table({name: result.aggregate}, list(result.aggregate)))
     print(f"{result.n_queries} queries, {info['n_docs']} documents, {info['seconds']} s")
     print(describe_self_matches(result.self_matches))
+    if result.aggregation:
+        a = result.aggregation
+        by = {"maxp": "its best passage (MaxP)", "firstp": "its first passage (FirstP)",
+              "sum": "the sum of its passages' scores"}[a["how"]]
+        print(f"passages -> documents: {a['passages']} passages of {a['documents']} documents, each document scored by "
+              f"{by} ({a['passages_retrieved']} passages retrieved per query)")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         write_trec_run(result.run, out / "run.trec", tag=f"hf-dr-{args.retriever}", top_k=args.top_k)
