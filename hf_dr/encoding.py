@@ -14,8 +14,8 @@ Every encoder of the suite (the generic :class:`DenseEncoder` baseline, ``BERMEn
   come back as ``float32``; sparse outputs come back as ``scipy.sparse.csr_matrix``;
 * a tqdm progress bar shows documents, not batches;
 * nothing is cut unseen: texts longer than ``max_length`` tokens are truncated to it, and the loop
-  says how many were and by how much (:class:`LengthReport`: a warning once per kind of text, model
-  and max length in a process; ``hf-dr ingest`` makes passages that fit instead).
+  says how many were and by how much (:class:`LengthReport`: a warning per encoding, the same one
+  not repeated in a process; ``hf-dr ingest`` makes passages that fit instead).
 
 Models take part by inheriting :class:`EncoderMixin`; their ``forward(input_ids,
 attention_mask, is_query=...)`` returns the embeddings ``[batch, dim]`` (a Tensor, or a
@@ -26,6 +26,7 @@ DDP when distributed), so there is one code path from training to inference.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import itertools
 import logging
 import warnings
@@ -41,7 +42,7 @@ from .devices import encode_device, resolve_device
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LengthReport", "reset_length_reports", "encode", "iter_encode", "concat_blocks", "EncoderMixin", "doc_to_text", "model_similarity", "embed",
+__all__ = ["LengthReport", "reset_length_reports", "one_length_report", "encode", "iter_encode", "concat_blocks", "EncoderMixin", "doc_to_text", "model_similarity", "embed",
            "DEFAULT_CHUNK_SIZE", "st_prompts", "apply_prompts"]
 
 #: texts tokenised and encoded at a time (and the rows of one shard of an embeddings folder)
@@ -78,21 +79,43 @@ class LengthReport:
 
 
 _REPORTED: set[tuple] = set()
+_SCOPE: contextvars.ContextVar[dict | None] = contextvars.ContextVar("hf_dr_length_scope", default=None)
 
 
 def reset_length_reports() -> None:
-    """Warn again about truncation of a kind already reported in this process (tests)."""
+    """Warn again about truncation already reported in this process (tests)."""
     _REPORTED.clear()
 
 
 def _report_lengths(report: LengthReport) -> None:
-    """A warning the first time a kind of text (corpus / queries), model and max length is truncated in
-    this process; later encodings of that kind (a dev set each checkpoint...) say it at debug level."""
+    """A warning the first time a kind of text (corpus / queries), model, max length and count is
+    truncated in this process; the same again (a dev set at each checkpoint...) at debug level.
+    Inside :func:`one_length_report`, the reports are joined and said once, when it ends."""
+    scope = _SCOPE.get()
+    if scope is not None:
+        joined = scope.setdefault((report.what, report.model, report.max_length), report)
+        if joined is not report:
+            joined.texts += report.texts
+            joined.overflow += report.overflow
+        return
     if not report.over:
         return
-    key = (report.what, report.model, report.max_length)
+    key = (report.what, report.model, report.max_length, report.texts, report.over)
     logger.log(logging.DEBUG if key in _REPORTED else logging.WARNING, "%s", report.message())
     _REPORTED.add(key)
+
+
+@contextlib.contextmanager
+def one_length_report():
+    """Encodings inside are reported as one (per kind of text): e.g. a dev set encoded in chunks."""
+    token = _SCOPE.set({})
+    try:
+        yield
+    finally:
+        reports = _SCOPE.get()
+        _SCOPE.reset(token)
+        for r in reports.values():
+            _report_lengths(r)
 
 
 def embed(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, is_query: bool, **kwargs) -> torch.Tensor:

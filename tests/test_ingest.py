@@ -407,7 +407,7 @@ def test_the_encode_loop_says_how_many_texts_it_truncated(tiny_tokenizer, caplog
     import numpy as np
     import torch
 
-    from hf_dr.encoding import encode, reset_length_reports
+    from hf_dr.encoding import encode, one_length_report, reset_length_reports
 
     rng = random.Random(5)
     texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 60))) for _ in range(40)]
@@ -425,10 +425,15 @@ def test_the_encode_loop_says_how_many_texts_it_truncated(tiny_tokenizer, caplog
                     "at most): truncated to 20, the rest is not read. hf-dr ingest splits documents into passages that "
                     "fit (docs/ingest.md)"]
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="hf_dr.encoding"):  # the same kind again: not repeated
+    with caplog.at_level(logging.WARNING, logger="hf_dr.encoding"):  # the same again: not repeated
         encode(texts, tiny_tokenizer, forward, max_length=20, desc="Encoding corpus")
         encode(texts[:3], tiny_tokenizer, forward, max_length=200, desc="Encoding corpus")  # nothing cut: silent
     assert [r for r in caplog.records if r.name == "hf_dr.encoding"] == []
+    with caplog.at_level(logging.WARNING, logger="hf_dr.encoding"), one_length_report():  # chunks: one report
+        for i in range(0, 40, 10):
+            encode(texts[i:i + 10], tiny_tokenizer, forward, max_length=21, desc="Encoding corpus")
+    msgs = [r.getMessage() for r in caplog.records if r.name == "hf_dr.encoding"]
+    assert len(msgs) == 1 and msgs[0].startswith(f"corpus: {sum(n > 21 for n in whole):,} of 40 texts")
 
 
 def test_passages_are_scored_as_their_documents():
@@ -484,3 +489,26 @@ def test_evaluation_of_passages_goes_through_the_one_metric_path(tmp_path):
         assert res.aggregate == evaluate_run(data.qrels, aggregate_passages(passages, how)).aggregate
     none = evaluate(bm25, data, aggregate="none")
     assert none.aggregation is None and none.aggregate["ndcg@10"] == 0.0  # the qrels judge no passage
+
+
+def test_evaluate_reads_a_folder_of_documents_through_the_cached_ingest_stage(tmp_path, capsys):
+    src = tmp_path / "docs"
+    (src / "qrels").mkdir(parents=True)
+    rng = random.Random(6)
+    topics = {"cats.md": "cats whiskers purr", "dogs.txt": "dogs bark fetch", "birds.txt": "birds wings feathers"}
+    for name, words in topics.items():
+        body = "\n\n".join(_prose(rng, 4) + " " + words for _ in range(6))  # several passages each
+        (src / name).write_text(("# About\n\n" if name.endswith(".md") else "") + body)
+    (src / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": w}) + "\n"
+                                               for i, w in enumerate(topics.values())))
+    (src / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"q{i}\t{name}\t1\n" for i, name in enumerate(topics)))
+    assert main(["evaluate", "--data", str(src), "--retriever", "bm25", "--metrics", "ndcg@10"]) == 0
+    out = capsys.readouterr().out
+    assert "a folder of documents, ingested into" in out and "3 of 5 file(s)" in out
+    assert "scored by its best passage (MaxP)" in out and "| 1.0000 |" in out
+    folder = out.split("file(s) (")[1].split(", cached")[0]
+    stamp = (Path(folder) / "corpus.jsonl").stat().st_mtime_ns
+    assert main(["evaluate", "--data", str(src), "--retriever", "bm25", "--aggregate", "firstp"]) == 0
+    assert (Path(folder) / "corpus.jsonl").stat().st_mtime_ns == stamp  # the stage was cached
+    assert "its first passage (FirstP)" in capsys.readouterr().out

@@ -18,7 +18,9 @@ from ..factory import RETRIEVER_KINDS
 def register(sub) -> None:
     p = sub.add_parser("evaluate", help="evaluate a retriever on a BEIR folder or Hub dataset",
                        description=__doc__)
-    p.add_argument("--data", required=True, help="BEIR folder or Hub dataset id (BeIR/scifact, mteb/scifact)")
+    p.add_argument("--data", required=True, help="BEIR folder or Hub dataset id (BeIR/scifact, mteb/scifact), or a folder of documents (PDF, DOCX, "
+                        "HTML, Markdown, text; with queries.jsonl and qrels/ beside them): ingested first into passages "
+                        "for --model, cached (hf-dr ingest, docs/ingest.md)")
     p.add_argument("--retriever", choices=RETRIEVER_KINDS, default="bm25")
     p.add_argument("--model", help="model folder or Hub id (dense, sparse, hybrid)")
     p.add_argument("--embeddings", help="embeddings folder of the corpus by this model (hf-dr encode): no re-encoding")
@@ -207,6 +209,9 @@ def run(args) -> int:
         parse_metric(m)
     out = check_output(args.output) if args.output else None
     check_model_args(args)
+    from .ingest import documents_as_data
+
+    args.data = documents_as_data(args.data, args.model, document_prompt=args.document_prompt)
     data = load_beir(args.data, split=args.split)
     queries = data.split_queries()
     if not queries:

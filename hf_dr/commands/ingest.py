@@ -50,24 +50,53 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _window(args) -> tuple[str | None, int, str]:
-    """(tokenizer, window, document prompt) from --model / --max-tokens / --document-prompt."""
+#: the window, in words, of documents ingested for a retriever without a model (BM25)
+WORDS_WITHOUT_A_MODEL = 256
+
+
+def model_window(model: str | None, max_tokens: int | None, document_prompt: str | None) -> tuple[str | None, int, str]:
+    """(tokenizer, window, document prompt) of --model / --max-tokens / --document-prompt: the model's
+    max length and prompt as its encodings use them (--max-tokens may only lower the window)."""
     from ..cli import CLIError
 
-    if args.model is None:
-        if args.max_tokens is None:
+    if model is None:
+        if max_tokens is None:
             raise CLIError("give --model (the model that will read the passages) or --max-tokens")
-        return None, args.max_tokens, args.document_prompt or ""
+        return None, max_tokens, document_prompt or ""
     from ..models import load_encoder
 
-    settings = load_encoder(args.model).encoding_settings(is_query=False)
+    settings = load_encoder(model).encoding_settings(is_query=False)
     window, prompt = settings["max_length"], settings["prefix"]
-    if args.max_tokens is not None:
-        if args.max_tokens > window:
-            raise CLIError(f"--max-tokens {args.max_tokens} exceeds the window of {args.model} ({window} tokens): "
+    if max_tokens is not None:
+        if max_tokens > window:
+            raise CLIError(f"--max-tokens {max_tokens} exceeds the window of {model} ({window} tokens): "
                            "its passages would be cut when encoded")
-        window = args.max_tokens
-    return args.model, window, prompt if args.document_prompt is None else args.document_prompt
+        window = max_tokens
+    return model, window, prompt if document_prompt is None else document_prompt
+
+
+def documents_as_data(data: str, model: str | None, *, show_progress_bar: bool = True,
+                      document_prompt: str | None = None) -> str:
+    """``--data`` of ``hf-dr evaluate`` / ``adapt``: a folder of documents (a folder without
+    corpus.jsonl; its queries.jsonl and qrels/ are read as such) is ingested first into passages for
+    ``model`` (BM25: 256 words), cached by content (:func:`hf_dr.ingest.ingest_stage`); returns the BEIR
+    folder to read (``data`` itself when it is one, or a Hub id)."""
+    from pathlib import Path
+
+    from ..cli import CLIError
+    from ..ingest import ingest_stage
+
+    p = Path(data).expanduser()
+    if not p.is_dir() or (p / "corpus.jsonl").is_file():
+        return data
+    tokenizer, window, prompt = model_window(model, None if model else WORDS_WITHOUT_A_MODEL, document_prompt)
+    out, r = ingest_stage(p, tokenizer=tokenizer, max_tokens=window, prompt=prompt, show_progress_bar=show_progress_bar)
+    if not r["passages"]:
+        raise CLIError(f"{data} holds no corpus.jsonl and no usable document: {r['files']} file(s), all skipped "
+                       f"(see {out / 'manifest.jsonl'})")
+    print(f"{data}: a folder of documents, ingested into {r['passages']} passages from {r['ingested']} of {r['files']} "
+          f"file(s) ({out}, cached; hf-dr ingest)")
+    return str(out)
 
 
 def run(args) -> int:
@@ -82,7 +111,7 @@ def run(args) -> int:
     check_output_folder(out, overwrite=args.overwrite, inputs=inputs)  # before reading anything
     if not Path(args.dir).is_dir():
         raise CLIError(f"{args.dir} is not a folder")
-    tokenizer, window, prompt = _window(args)
+    tokenizer, window, prompt = model_window(args.model, args.max_tokens, args.document_prompt)
     try:
         with output_folder(out, overwrite=args.overwrite, inputs=inputs, work=partial_folder(out)) as tmp:
             r = ingest_folder(args.dir, tmp, tokenizer=tokenizer, max_tokens=window, overlap=args.overlap,

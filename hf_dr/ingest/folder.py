@@ -42,7 +42,7 @@ from .split import Block, TokenCounter, split_document
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ingest_folder", "IngestError", "list_inputs", "doc_id", "passage_doc", "DEFAULT_SHARD_SIZE",
+__all__ = ["ingest_folder", "ingest_stage", "BEIR_FILES", "IngestError", "list_inputs", "doc_id", "passage_doc", "DEFAULT_SHARD_SIZE",
            "DEFAULT_MAX_FILE_SIZE", "DEFAULT_OVERLAP", "FORMAT_VERSION"]
 
 FORMAT_VERSION = 1
@@ -52,6 +52,10 @@ DEFAULT_MAX_FILE_SIZE = 100 << 20
 DEFAULT_OVERLAP = 32
 _SETTINGS = ("tokenizer", "max_tokens", "overlap", "prompt", "text_column", "id_column", "title_column",
              "max_file_size", "shard_size")
+
+
+#: a folder of documents given as --data may hold the queries and judgments beside them
+BEIR_FILES = {"queries.jsonl": "queries", "qrels": "judgments"}
 
 
 class IngestError(ValueError):
@@ -96,10 +100,11 @@ def _link_entry(root: Path, p: Path, rel: str) -> dict:
 
 
 def list_inputs(root: str | os.PathLike, max_file_size: int = DEFAULT_MAX_FILE_SIZE,
-                text_column: str | None = None) -> list[dict]:
+                text_column: str | None = None, beir: bool = False) -> list[dict]:
     """Every entry under ``root`` (recursively, in name order) that is a file or a link: ``path``
     (relative, ``/``-separated), ``format``, ``bytes``, ``mtime_ns`` and ``skip`` (the reason it will
-    not be read, or None)."""
+    not be read, or None). ``beir``: ``queries.jsonl`` and ``qrels/`` at the top are a BEIR folder's
+    queries and judgments, listed as such, not read as documents."""
     root = Path(root).resolve()
     out: list[dict] = []
 
@@ -111,7 +116,10 @@ def list_inputs(root: str | os.PathLike, max_file_size: int = DEFAULT_MAX_FILE_S
             return
         for name in names:
             p, rel = folder / name, prefix + name
-            if p.is_symlink():
+            if beir and rel in BEIR_FILES:
+                out.append(_entry(rel + ("/" if p.is_dir() else ""), skip=f"the BEIR {BEIR_FILES[rel]} of DIR (read as "
+                                                                          "such, not as a document)"))
+            elif p.is_symlink():
                 out.append(_link_entry(root, p, rel))
             elif name.startswith("."):
                 out.append(_entry(rel + ("/" if p.is_dir() else ""), skip="hidden (its name starts with a dot)"))
@@ -334,7 +342,7 @@ def ingest_folder(src: str | os.PathLike, output: str | os.PathLike, *, max_toke
                   overlap: int | None = None, prompt: str = "", text_column: str | None = None,
                   id_column: str | None = None, title_column: str | None = "title",
                   max_file_size: int = DEFAULT_MAX_FILE_SIZE, shard_size: int = DEFAULT_SHARD_SIZE, workers: int = 1,
-                  show_progress_bar: bool = True, restart: bool = False) -> dict:
+                  show_progress_bar: bool = True, restart: bool = False, beir: bool = False) -> dict:
     """Ingest the folder ``src`` into the corpus folder ``output`` (see the module docstring) and
     return its report (``ingest.json``: settings, counts, skipped files by reason).
 
@@ -343,7 +351,7 @@ def ingest_folder(src: str | os.PathLike, output: str | os.PathLike, *, max_toke
     the window); ``overlap``: tokens shared by consecutive passages (default: ``DEFAULT_OVERLAP``, at
     most an eighth of the window). ``workers`` processes share the
     shards. Resumes a folder begun with the same settings and files; refuses one begun with others
-    (:class:`IngestError`) or, with ``restart``, starts it again."""
+    (:class:`IngestError`) or, with ``restart``, starts it again. ``beir``: see :func:`list_inputs`."""
     root, out = Path(src).expanduser(), Path(output)
     if not root.is_dir():
         raise IngestError(f"{src} is not a folder")
@@ -355,7 +363,7 @@ def ingest_folder(src: str | os.PathLike, output: str | os.PathLike, *, max_toke
             raise ValueError(f"{name} must be a whole number of at least {low} (got {v!r})")
     if overlap > max_tokens // 2:
         raise ValueError(f"overlap ({overlap}) must be at most half the window ({max_tokens} tokens)")
-    entries = list_inputs(root, max_file_size, text_column)
+    entries = list_inputs(root, max_file_size, text_column, beir)
     if not entries:
         raise IngestError(f"{src} holds no files")
     _require_libraries(entries)
@@ -374,3 +382,34 @@ def ingest_folder(src: str | os.PathLike, output: str | os.PathLike, *, max_toke
                   min(workers, n_shards))
     all_shards_done(out, n_shards, lambda i: _done(out, i), None, 0, IngestError)
     return _finish(out, plan, n_shards)
+
+
+def ingest_stage(data: str | os.PathLike, *, max_tokens: int, tokenizer: str | None = None, prompt: str = "",
+                 cache: str | os.PathLike | None = None, show_progress_bar: bool = True) -> tuple[Path, dict | None]:
+    """``data`` as a BEIR folder: itself when it holds ``corpus.jsonl``; else a folder of documents,
+    ingested (with the defaults of :func:`ingest_folder`) into a folder of the stage cache ``cache``
+    (default: ``ingest/`` in the BEIR cache, :func:`hf_dr.data.beir.cache_root`) keyed by the
+    listing of its files (names, sizes, modification times) and the settings; its ``queries.jsonl``
+    and ``qrels/`` come along. A re-run finds the folder (or resumes it). Returns ``(folder, report)``,
+    ``report`` None when ``data`` was a BEIR folder already."""
+    from ..data.beir import cache_root
+    from ..stage_cache import StageCache
+
+    root = Path(data).expanduser()
+    if (root / "corpus.jsonl").is_file() or not root.is_dir():
+        return root, None
+    entries = list_inputs(root, DEFAULT_MAX_FILE_SIZE, None, beir=True)
+    params = {"format": FORMAT_VERSION, "data": str(root.resolve()), "listing": _listing_key(entries),
+              "tokenizer": str(tokenizer) if tokenizer else None, "max_tokens": max_tokens, "prompt": prompt or ""}
+    for name in BEIR_FILES:  # the queries and judgments are part of the result: their content keys it
+        p = root / name
+        files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else []
+        params[name] = [hashlib.sha256(f.read_bytes()).hexdigest()[:16] for f in files]
+    out = StageCache(Path(cache) if cache else cache_root() / "ingest").path("ingest", params, "")
+    report = ingest_folder(root, out, tokenizer=tokenizer, max_tokens=max_tokens, prompt=prompt,
+                           show_progress_bar=show_progress_bar, beir=True)
+    if (root / "queries.jsonl").is_file():
+        shutil.copyfile(root / "queries.jsonl", out / "queries.jsonl")
+    if (root / "qrels").is_dir():
+        shutil.copytree(root / "qrels", out / "qrels", dirs_exist_ok=True)
+    return out, report
