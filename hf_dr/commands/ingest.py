@@ -86,9 +86,12 @@ def documents_as_data(data: str, model: str | None, *, show_progress_bar: bool =
     from ..cli import CLIError
     from ..ingest import ingest_stage
 
+    from ..ingest import BEIR_FILES
+
     p = Path(data).expanduser()
-    if not p.is_dir() or (p / "corpus.jsonl").is_file():
-        return data
+    if not p.is_dir() or (p / "corpus.jsonl").is_file() or \
+            not any(c.name not in BEIR_FILES and not c.name.startswith(".") for c in p.iterdir()):
+        return data  # a BEIR folder (or a broken one: its own error), a Hub id
     tokenizer, window, prompt = model_window(model, None if model else WORDS_WITHOUT_A_MODEL, document_prompt)
     out, r = ingest_stage(p, tokenizer=tokenizer, max_tokens=window, prompt=prompt, show_progress_bar=show_progress_bar)
     if not r["passages"]:

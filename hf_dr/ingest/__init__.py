@@ -8,10 +8,10 @@ folder.py    the driver: listing (never outside DIR), shards (:mod:`hf_dr.shards
 """
 
 from .extract import Block, Extracted, SkipFile, extract
-from .folder import (DEFAULT_MAX_FILE_SIZE, DEFAULT_OVERLAP, DEFAULT_SHARD_SIZE, IngestError, doc_id, ingest_folder,
+from .folder import (BEIR_FILES, DEFAULT_MAX_FILE_SIZE, DEFAULT_OVERLAP, DEFAULT_SHARD_SIZE, IngestError, doc_id, ingest_folder,
                      ingest_stage, list_inputs, passage_doc)
 from .split import Passage, TokenCounter, split_document
 
-__all__ = ["Block", "Extracted", "SkipFile", "extract", "IngestError", "ingest_folder", "ingest_stage", "list_inputs", "doc_id",
+__all__ = ["BEIR_FILES", "Block", "Extracted", "SkipFile", "extract", "IngestError", "ingest_folder", "ingest_stage", "list_inputs", "doc_id",
            "passage_doc", "Passage", "TokenCounter", "split_document", "DEFAULT_MAX_FILE_SIZE", "DEFAULT_OVERLAP",
            "DEFAULT_SHARD_SIZE"]
