@@ -3,6 +3,7 @@
     python benchmarks/ingest.py extractors --docs 200       # candidates per format: fidelity and docs/s
     python benchmarks/ingest.py fidelity --formats pdf      # SciFact rendered, ingested, evaluated (BM25)
     python benchmarks/ingest.py fidelity --formats pdf,docx,html --dense   # + all-MiniLM-L6-v2 (heavy on CPU)
+    python benchmarks/ingest.py memory --sizes 1000,5000,20000   # peak RSS and files/s by folder size
 
 ``extractors``: the first ``--docs`` documents of SciFact (``../shared/data/scifact``) are rendered
 into one PDF each (fpdf2, DejaVu Sans: the title as a bold heading, the abstract as a paragraph),
@@ -203,7 +204,7 @@ def measure_extractors(args) -> list[dict]:
             refs = [d.get("title", "") + "\n" + d["text"] for d in docs]
             scores = [f1(r, t) for r, t in zip(refs, texts)]
             order = [in_order(r, t) for r, t in zip(refs, texts)]
-            row = {"table": "extractors", "dataset": f"scifact[:{len(docs)}] as {fmt}", "system": name,
+            row = {"table": "ingest_extractors", "dataset": f"scifact[:{len(docs)}] as {fmt}", "system": name,
                    "command": command_line(), "machine": machine(),
                    "metrics": {"word_f1": round(sum(scores) / len(scores), 4),
                                "min_word_f1": round(min(scores), 4), "words_in_order": round(sum(order) / len(order), 4),
@@ -266,7 +267,9 @@ def measure_fidelity(args) -> list[dict]:
             if not link.exists():
                 os.link(work / "full" / fmt / f"{d['_id']}.{fmt}", link)
         t0 = time.perf_counter()
-        report = ingest_folder(folder, out, tokenizer=model, max_tokens=max_tokens, workers=args.workers,
+        # --whole: one passage per file (a window of 100,000 words): the extraction alone, no splitting
+        report = ingest_folder(folder, out, tokenizer=None if args.whole else model,
+                               max_tokens=100_000 if args.whole else max_tokens, workers=args.workers,
                                show_progress_bar=True)
         dt = time.perf_counter() - t0
         (out / "queries.jsonl").write_bytes((ref_dir / "queries.jsonl").read_bytes())
@@ -279,12 +282,13 @@ def measure_fidelity(args) -> list[dict]:
         data = load_beir(out, split="test")
         for name, make in systems.items():
             res = evaluate(make(data), data)
-            rows.append({"table": "fidelity", "dataset": f"scifact ({len(docs)} docs) as {fmt}", "system": name,
+            rows.append({"table": "ingest_fidelity", "dataset": f"scifact ({len(docs)} docs) as {fmt}",
+                         "system": name + (" (whole files: one passage each)" if args.whole else
+                                           " (passages of all-MiniLM-L6-v2's window, MaxP)"),
                          "command": command_line(), "machine": machine(),
                          "metrics": {"ndcg@10": round(res.aggregate["ndcg@10"], 4),
                                      "corpus_jsonl_ndcg@10": round(base[name], 4),
                                      "difference": round(res.aggregate["ndcg@10"] - base[name], 4),
-                                     "aggregation": (res.aggregation or {}).get("how"),
                                      "files": report["files"], "passages": report["passages"],
                                      "ingest_seconds": round(dt, 1), "ingest_docs_per_s": round(report["files"] / dt, 1),
                                      "ingest_pages_per_s": round(report["pages"] / dt, 1)}})
@@ -292,14 +296,49 @@ def measure_fidelity(args) -> list[dict]:
     return rows
 
 
+def measure_memory(args) -> list[dict]:
+    """Peak RSS and files/s of ``hf-dr ingest`` (a subprocess, all-MiniLM-L6-v2's window) over folders of
+    1,000 .. 20,000 small text files (SciFact abstracts, cycled): flat memory means streamed. The peak
+    is the largest of this and the smaller sizes' (``RUSAGE_CHILDREN``): sizes run smallest first, so a
+    growth shows."""
+    import resource
+    import subprocess
+
+    docs = scifact_docs(None)
+    rows = []
+    for n in [int(x) for x in args.sizes.split(",")]:
+        folder = Path(args.work) / f"text-{n}"
+        if not folder.is_dir():
+            for i in range(n):
+                d = docs[i % len(docs)]
+                sub = folder / f"{i // 1000:03d}"
+                sub.mkdir(parents=True, exist_ok=True)
+                (sub / f"{i:06d}.txt").write_text(d.get("title", "") + "\n\n" + d["text"], encoding="utf-8")
+        out = Path(args.work) / f"corpus-text-{n}"
+        cmd = [sys.executable, "-m", "hf_dr.cli", "ingest", str(folder), "--output", str(out), "--model",
+               str(SHARED / "models" / "all-MiniLM-L6-v2"), "--no-progress", "--overwrite"]
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+        dt = time.perf_counter() - t0
+        rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        rows.append({"table": "ingest_memory", "dataset": f"{n} text files", "system": "hf-dr ingest --model all-MiniLM-L6-v2",
+                     "command": command_line(), "machine": machine(),
+                     "metrics": {"files": n, "seconds": round(dt, 1), "files_per_s": round(n / dt, 1),
+                                 "peak_rss_mib": round(rss / 1024, 1)}})
+        print(rows[-1]["dataset"], rows[-1]["metrics"], flush=True)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=("extractors", "fidelity"))
+    ap.add_argument("what", choices=("extractors", "fidelity", "memory"))
+    ap.add_argument("--sizes", default="1000,5000,20000", help="memory: folder sizes, smallest first")
     ap.add_argument("--docs", type=int, default=None,
                     help="extractors: the first N SciFact documents (200); fidelity: the judged ones and others up to N "
                          "(default: all 5,183)")
     ap.add_argument("--formats", default="pdf,docx,html")
     ap.add_argument("--dense", action="store_true", help="fidelity: all-MiniLM-L6-v2 as well as BM25")
+    ap.add_argument("--whole", action="store_true", help="fidelity: one passage per file (extraction alone)")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--work", default="runs/bench-ingest", help="where the rendered files go (kept: re-used)")
     ap.add_argument("--no-save", action="store_true")
@@ -307,6 +346,8 @@ def main() -> None:
     if args.what == "extractors":
         args.docs = args.docs or 200
         rows = measure_extractors(args)
+    elif args.what == "memory":
+        rows = measure_memory(args)
     else:
         rows = measure_fidelity(args)
     if not args.no_save:

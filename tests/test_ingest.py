@@ -139,6 +139,8 @@ def test_extractors_read_each_format(tmp_path):
     pdf = extract(_pdf(tmp_path / "a.pdf", ["First page words.", "Second page words."], title="A PDF"))
     assert pdf.title == "A PDF" and pdf.pages == 2
     assert [(b.text, b.page) for b in pdf.blocks] == [("First page words.", 1), ("Second page words.", 2)]
+    titled = extract(_pdf(tmp_path / "t.pdf", ["The Title\nThe body text."], title="The Title"))
+    assert [b.text for b in titled.blocks] == ["The body text."]  # the printed title is not repeated
     d = extract(_docx(tmp_path / "a.docx"))
     assert d.title == "The report"
     assert [(b.text, b.headings) for b in d.blocks] == [("We counted the cells twice.", ("Methods",)),

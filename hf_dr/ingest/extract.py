@@ -182,6 +182,9 @@ def _pdf(path: Path) -> Extracted:
         pdf.close()
     if not blocks:
         raise SkipFile(f"no text layer in {n} page(s) (a scanned PDF? text recognition is not done)")
+    if title and blocks[0].text.startswith(title):  # the title printed on page 1 is the passages' title already
+        rest = blocks[0].text[len(title):].strip()
+        blocks = ([Block(rest, blocks[0].page)] if rest else []) + blocks[1:]
     return Extracted(title, blocks, n)
 
 

@@ -29,6 +29,7 @@ same call again gives the result of an uninterrupted run.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -87,7 +88,7 @@ def _link_entry(root: Path, p: Path, rel: str) -> dict:
     except RuntimeError:
         return _entry(rel, skip="symlink loop")
     except OSError as e:
-        if getattr(e, "errno", None) == 40:  # ELOOP
+        if getattr(e, "errno", None) == errno.ELOOP:
             return _entry(rel, skip="symlink loop")
         return _entry(rel, skip="broken symlink (its target does not exist)")
     try:
