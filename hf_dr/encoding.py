@@ -178,23 +178,26 @@ def iter_encode(
     it = iter(texts)
     seen = 0
     lengths = LengthReport(desc, max_length, tokenizer)
-    with tqdm(total=total, desc=desc, unit="doc", disable=not show_progress_bar) as bar:
-        while True:
-            chunk = list(itertools.islice(it, chunk_size))
-            if not chunk:
-                break
-            for i, t in enumerate(chunk):
-                if not isinstance(t, str):
-                    raise TypeError(f"input {seen + i} is {type(t).__name__}, expected str")
-            seen += len(chunk)
-            # inference mode / autocast per chunk: never left on while the caller runs between yields
-            with torch.inference_mode(), _autocast(device, dtype):
-                block = _encode_chunk(chunk, tokenizer, forward, pad_id, batch_size, max_length, device, sparse,
-                                      convert_to, tokenizer_kwargs, bar, lengths)
-            yield block
+    try:
+        with tqdm(total=total, desc=desc, unit="doc", disable=not show_progress_bar) as bar:
+            while True:
+                chunk = list(itertools.islice(it, chunk_size))
+                if not chunk:
+                    break
+                for i, t in enumerate(chunk):
+                    if not isinstance(t, str):
+                        raise TypeError(f"input {seen + i} is {type(t).__name__}, expected str")
+                seen += len(chunk)
+                # inference mode / autocast per chunk: never left on while the caller runs between yields
+                with torch.inference_mode(), _autocast(device, dtype):
+                    block = _encode_chunk(chunk, tokenizer, forward, pad_id, batch_size, max_length, device, sparse,
+                                          convert_to, tokenizer_kwargs, bar, lengths)
+                yield block
+    finally:  # also when the caller stops reading after the last block it wanted (zip over shards)
+        if lengths.texts:
+            _report_lengths(lengths)
     if seen == 0:
         raise ValueError("nothing to encode: the input is empty")
-    _report_lengths(lengths)
 
 
 def _overflow(texts, ids, tokenizer, max_length, tokenizer_kwargs, report: LengthReport) -> None:

@@ -514,3 +514,27 @@ def test_evaluate_reads_a_folder_of_documents_through_the_cached_ingest_stage(tm
     assert main(["evaluate", "--data", str(src), "--retriever", "bm25", "--aggregate", "firstp"]) == 0
     assert (Path(folder) / "corpus.jsonl").stat().st_mtime_ns == stamp  # the stage was cached
     assert "its first passage (FirstP)" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_hf_dr_encode_says_what_its_max_length_cut(tiny_bert_dir, tmp_path, caplog):
+    """The streamed, sharded encoding (the caller stops reading after its last shard) reports too:
+    one warning for the whole corpus, its numbers those of the tokenizer."""
+    import logging
+
+    from transformers import AutoTokenizer
+
+    from hf_dr.data import load_beir
+    from hf_dr.encoding import doc_to_text, reset_length_reports
+
+    from .conftest import SAMPLE
+
+    tok = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    docs = load_beir(SAMPLE, split=None).corpus
+    n_over = sum(len(tok(doc_to_text(d), verbose=False)["input_ids"]) > 48 for d in docs)
+    reset_length_reports()
+    with caplog.at_level(logging.WARNING, logger="hf_dr.encoding"):
+        assert main(["encode", "--data", str(SAMPLE), "--model", str(tiny_bert_dir), "--output", str(tmp_path / "e"),
+                     "--max-length", "48", "--shard-size", "128", "--no-progress"]) == 0
+    msgs = [r.getMessage() for r in caplog.records if r.name == "hf_dr.encoding"]
+    assert len(msgs) == 1 and msgs[0].startswith(f"corpus: {n_over:,} of {len(docs):,} texts") and "truncated to 48" in msgs[0]
