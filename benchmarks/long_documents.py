@@ -113,7 +113,7 @@ def run_dataset(name: str, args, encoder, model: str, window: int) -> list[dict]
     rows_dir.mkdir(parents=True)
     (rows_dir / "corpus.jsonl").write_bytes((long / "corpus.jsonl").read_bytes())
     report = ingest_folder(rows_dir, passages, tokenizer=model, max_tokens=window, text_column="text",
-                           show_progress_bar=True)
+                           overlap=args.overlap, show_progress_bar=True)
     (passages / "queries.jsonl").write_bytes((long / "queries.jsonl").read_bytes())
     shutil.copytree(long / "qrels", passages / "qrels")
     tok = encoder.tokenizer
@@ -132,21 +132,23 @@ def run_dataset(name: str, args, encoder, model: str, window: int) -> list[dict]
                          ("all-MiniLM-L6-v2", lambda d: EncoderRetriever.from_data(encoder, d))):
         if system == "BM25" and args.no_bm25:
             continue
-        data = load_beir(short, split="test")
-        sizes = {"documents": len(data.corpus)}
-        row(system, "short documents", evaluate(make(data), data))
-        data = load_beir(long, split="test")
-        t0 = time.perf_counter()
-        res = evaluate(make(data), data)
-        sizes = {"documents": len(data.corpus)}
-        row(system, "long documents, truncated" if system != "BM25" else "long documents", res,
-            {"over_window": len(over), "overflow_p95": int(np.percentile(over, 95, method="higher")) if over else 0,
-             "seconds": round(time.perf_counter() - t0, 1)} if system != "BM25" else None)
+        if not args.passages_only:
+            data = load_beir(short, split="test")
+            sizes = {"documents": len(data.corpus)}
+            row(system, "short documents", evaluate(make(data), data))
+            data = load_beir(long, split="test")
+            t0 = time.perf_counter()
+            res = evaluate(make(data), data)
+            sizes = {"documents": len(data.corpus)}
+            row(system, "long documents, truncated" if system != "BM25" else "long documents", res,
+                {"over_window": len(over), "overflow_p95": int(np.percentile(over, 95, method="higher")) if over else 0,
+                 "seconds": round(time.perf_counter() - t0, 1)} if system != "BM25" else None)
         data = load_beir(passages, split="test")
         retriever = make(data)
         sizes = {"documents": len(long_docs_ids(long)), "passages": report["passages"]}
+        tag = "" if args.overlap is None else f" (overlap {args.overlap})"
         for how in ("maxp", "firstp", "sum"):
-            row(system, f"long documents, passages + {how}", evaluate(retriever, data, aggregate=how))
+            row(system, f"long documents, passages{tag} + {how}", evaluate(retriever, data, aggregate=how))
     return rows
 
 
@@ -161,6 +163,8 @@ def main() -> None:
     ap.add_argument("--max-queries", type=int, default=None, help="test queries drawn by --seed (default: all)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-bm25", action="store_true")
+    ap.add_argument("--overlap", type=int, default=None, help="the passages' overlap (default: hf-dr ingest's)")
+    ap.add_argument("--passages-only", action="store_true", help="only the passage rows (e.g. with --overlap)")
     ap.add_argument("--work", default="runs/bench-long")
     ap.add_argument("--no-save", action="store_true")
     args = ap.parse_args()

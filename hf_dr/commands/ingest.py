@@ -131,8 +131,9 @@ def run(args) -> int:
     if not r["passages"]:
         raise CLIError(f"nothing usable in {args.dir}: {r['files']} file(s), all skipped ({why}); "
                        f"see {out / 'manifest.jsonl'}")
+    pages = f", {r['pages']} PDF page(s)" if r["pages"] else ""
     print(f"wrote {out / 'corpus.jsonl'}: {r['passages']} passages (at most {counted}) from {r['ingested']} of "
-          f"{r['files']} file(s), {r['pages']} PDF page(s)")
+          f"{r['files']} file(s){pages}")
     if r["skipped"]:
         print(f"skipped {r['skipped']} file(s) ({why}): see {out / 'manifest.jsonl'}")
     return 0
