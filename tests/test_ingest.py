@@ -209,6 +209,8 @@ def _bad_folder(tmp_path: Path) -> Path:
     (src / "big.txt").write_text("word " * 300_000)  # 1.4 MiB, over a cap of 1 MiB
     (src / "table.jsonl").write_text('{"_id": "r1", "text": "row one"}\n')
     (src / ".hidden.txt").write_text("not read")
+    (src / "data.json").write_text('{"not": "a document"}')
+    (src / "README").write_text("A name without a suffix is read as text.")
     outside = tmp_path / "secret.txt"
     outside.write_text("outside DIR")
     os.symlink(outside, src / "out-link.txt")
@@ -226,7 +228,8 @@ def test_bad_files_in_a_folder_are_reported_never_fatal(tmp_path):
                            show_progress_bar=False)
     lines, m = _read(tmp_path / "C")
     assert {p for p, e in m.items() if e["status"] == "ingested"} == {
-        "long.txt", "sub/notes.md", "sub/latin.txt", "sub/weird\nname.txt"}
+        "README", "long.txt", "sub/notes.md", "sub/latin.txt", "sub/weird\nname.txt"}
+    assert m["data.json"]["reason"].startswith("not a supported format (.json")
     why = {p: e["reason"] for p, e in m.items() if e["status"] == "skipped"}
     assert why["empty.txt"] == "empty file" and why["junk.txt"].startswith("binary")
     assert why["corrupt.pdf"].startswith("not a readable PDF")
@@ -239,7 +242,8 @@ def test_bad_files_in_a_folder_are_reported_never_fatal(tmp_path):
     assert "sub/weird%0Aname.txt#<n>" in m["sub/weird\nname.txt"]["notes"][0]
     assert not any("outside DIR" in x["text"] for x in lines)
     assert report["files"] == len(m) and report["passages"] == len(lines) and report["skipped"] == len(why)
-    assert {x["metadata"]["source"] for x in lines} == {"long.txt", "sub/notes.md", "sub/latin.txt", "sub/weird\nname.txt"}
+    assert {x["metadata"]["source"] for x in lines} == {"README", "long.txt", "sub/notes.md", "sub/latin.txt",
+                                                        "sub/weird\nname.txt"}
     from hf_dr.data.beir import load_corpus_data
 
     data = load_corpus_data(tmp_path / "C")  # a BEIR corpus: the ids are valid

@@ -19,7 +19,9 @@ Each line of ``corpus.jsonl`` is a BEIR corpus line and its source::
 its own: its passages are ``<row id>#<n>`` (the row's ``--id-column``, by default ``_id`` or ``id``
 when there is one, else ``<path>:<row>``).
 
-The listing walks ``DIR`` recursively in name order and never leaves it: a symbolic link is not
+The listing walks ``DIR`` recursively in name order and never leaves it: files are read by their suffix
+(``.pdf``, ``.docx``, ``.html`` / ``.htm`` / ``.xhtml``, ``.md`` / ``.markdown``, ``.txt`` / ``.text``; a
+name without a suffix as text; any other suffix is skipped, said so); a symbolic link is not
 followed (one to a file or folder inside ``DIR`` is listed as skipped, its target is read under its
 own name; one pointing outside ``DIR`` is refused; a loop or a broken link is reported). Hidden
 files and folders (``.name``) are skipped, said so. A file is read by at most one process, in one
@@ -143,6 +145,10 @@ def _file_entry(p: Path, rel: str, max_file_size: int, text_column: str | None) 
     except UnicodeEncodeError:
         return _entry(rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace"), st,
                       "its name is not valid UTF-8 (rename it)", fmt)
+    if fmt is None and p.suffix:
+        return _entry(rel, st, f"not a supported format ({p.suffix}: read are "
+                               f"{', '.join(sorted({*DOCUMENT_FORMATS, *TABLE_FORMATS}))}, and names without a suffix "
+                               "as text)", fmt)
     if fmt in TABLE_FORMATS.values() and not text_column:
         return _entry(rel, st, f"a {fmt} table: pass --text-column to read its rows", fmt)
     if fmt not in TABLE_FORMATS.values() and st.st_size > max_file_size:
