@@ -76,7 +76,7 @@ def _check_passages(ps, blocks, counter, window):
     assert {i for i, c in enumerate(text) if not c.isspace()} <= covered  # nothing cut unseen
 
 
-@pytest.mark.parametrize("window, overlap", [(16, 0), (40, 8), (100, 20)])
+@pytest.mark.parametrize("window, overlap", [(16, 0), (40, 16), (100, 40)])
 def test_passages_fit_the_window_cover_the_text_and_overlap(window, overlap):
     rng = random.Random(window)
     blocks = [Block(_prose(rng, rng.randint(1, 6), rng.randint(3, 20))) for _ in range(12)]
@@ -99,6 +99,11 @@ def test_cuts_fall_on_paragraphs_then_sentences_then_tokens():
     assert [p.text for p in ps] == ["One two three. Four five six.", "Seven eight nine ten."]
     ps = split_document("", blocks, counter, 4, 0)  # a paragraph too long: its sentences
     assert [p.text for p in ps] == ["One two three.", "Four five six.", "Seven eight nine ten."]
+    cut = [Block("One two three. Four five six."), Block("Seven eight.")]  # a cut paragraph's rest stays apart
+    assert [p.text for p in split_document("", cut, counter, 4, 0)] == ["One two three.", "Four five six.",
+                                                                        "Seven eight."]
+    assert [p.text for p in split_document("", cut, counter, 5, 1)] == ["One two three.", "Four five six.",
+                                                                        "Seven eight."]
     long = [Block(" ".join(f"w{i}" for i in range(20)))]  # a sentence too long: token windows
     ps = split_document("", long, counter, 8, 0)
     assert [counter.count(p.text) for p in ps] == [8, 8, 4]

@@ -6,7 +6,10 @@ passage's title (the document's title and the heading path above the passage) an
 with the model's own tokenizer (:class:`TokenCounter`; whitespace-separated words without one).
 
 Cuts fall on paragraph boundaries where a paragraph fits, else on sentence boundaries, and only a
-sentence longer than a whole passage is cut between tokens. A passage never spans two heading
+sentence longer than a whole passage is cut between tokens. A passage holds whole paragraphs, or
+pieces of one paragraph: the rest of a paragraph that had to be cut is never packed with the next
+one (measured: on ArguAna's long documents, a passage opening with the tail of another argument
+cost all-MiniLM-L6-v2 much of MaxP's recovery, docs/ingest.md). A passage never spans two heading
 paths. Consecutive passages of a section share up to ``overlap`` tokens (whole sentences or
 paragraphs: the last units of a passage open the next one).
 
@@ -74,6 +77,13 @@ class _Unit:
     tokens: int
     page: int | None
     headings: tuple[str, ...]
+    block: int = 0  # the paragraph it is (a piece of)
+    whole: bool = True  # the whole paragraph
+
+
+def _joins(a: _Unit, b: _Unit) -> bool:
+    """May ``b`` follow ``a`` in a passage: one heading path, and whole paragraphs or one paragraph."""
+    return a.headings == b.headings and (a.block == b.block or (a.whole and b.whole))
 
 
 def document_text(blocks: Sequence[Block]) -> tuple[str, list[int]]:
@@ -95,7 +105,7 @@ def passage_title(title: str, headings: Sequence[str]) -> str:
     return TITLE_SEPARATOR.join(parts)
 
 
-def _units(block: Block, offset: int, counter: TokenCounter, budget: int) -> list[_Unit]:
+def _units(block: Block, offset: int, counter: TokenCounter, budget: int, index: int = 0) -> list[_Unit]:
     """A block as units of at most ``budget`` tokens: itself, else its sentences, else token windows."""
     toks = counter.spans(block.text)
     starts = [s for s, _ in toks]
@@ -104,7 +114,7 @@ def _units(block: Block, offset: int, counter: TokenCounter, budget: int) -> lis
         return bisect.bisect_left(starts, b) - bisect.bisect_left(starts, a)
 
     def unit(a: int, b: int, n: int) -> _Unit:
-        return _Unit(offset + a, offset + b, n, block.page, block.headings)
+        return _Unit(offset + a, offset + b, n, block.page, block.headings, index, len(toks) <= budget)
 
     if len(toks) <= budget:
         return [unit(0, len(block.text), len(toks))]
@@ -148,15 +158,15 @@ def split_document(title: str, blocks: Sequence[Block], counter: TokenCounter, m
         return titles[headings]
 
     units: list[_Unit] = []
-    for b, off in zip(blocks, offsets):
-        units += _units(b, off, counter, room - title_of(b.headings)[1])
+    for n, (b, off) in enumerate(zip(blocks, offsets)):
+        units += _units(b, off, counter, room - title_of(b.headings)[1], n)
     passages: list[Passage] = []
     i = 0
     while i < len(units):
         t, t_tokens = title_of(units[i].headings)
         budget = room - t_tokens
         j, used = i, 0
-        while j < len(units) and units[j].headings == units[i].headings and used + units[j].tokens <= budget:
+        while j < len(units) and (j == i or _joins(units[j - 1], units[j])) and used + units[j].tokens <= budget:
             used += units[j].tokens
             j += 1
         j = max(j, i + 1)
@@ -164,7 +174,7 @@ def split_document(title: str, blocks: Sequence[Block], counter: TokenCounter, m
             j -= 1  # the tokenizer joins units differently than counted apart: one unit fewer
         passages.append(Passage(text[units[i].start:units[j - 1].end], t, units[i].page, units[i].start,
                                 units[j - 1].end))
-        if j >= len(units) or units[j].headings != units[i].headings:
+        if j >= len(units) or not _joins(units[j - 1], units[j]):
             i = j
             continue
         k, carried = j, 0  # the last units, up to `overlap` tokens, open the next passage
