@@ -222,7 +222,7 @@ def _docx(path: Path) -> Extracted:
             continue
         m = re.fullmatch(r"Heading (\d)", style)
         if style == "Title" or (m and not title and not blocks and not stack and m.group(1) == "1"):
-            title = title or t
+            title = title or t  # the document's title (a core-properties title comes first)
         elif m:
             level = int(m.group(1))
             stack = [(lv, h) for lv, h in stack if lv < level] + [(level, t)]
