@@ -34,10 +34,8 @@ def register(sub) -> None:
 
     p = sub.add_parser("adapt", help="adapt a retriever to a corpus: label, train, select, evaluate, card",
                        description=__doc__)
-    p.add_argument("--data", required=True, help="BEIR folder (corpus.jsonl, queries.jsonl; qrels optional; "
-                   "corpus.jsonl alone: queries are generated), or a folder of documents (PDF, DOCX, HTML, "
-                   "Markdown, text; queries.jsonl and qrels/ beside them optional): ingested first into passages for "
-                   "--model, cached (hf-dr ingest)")
+    p.add_argument("--data", required=True, help="BEIR folder (corpus.jsonl, queries.jsonl; qrels optional; corpus.jsonl "
+                   "alone: queries are generated), or a folder of documents: ingested first, cached (hf-dr ingest)")
     p.add_argument("--model", required=True, help="the retriever to adapt (any hf-dr encoder; an MLM checkpoint "
                    "for --method cai; a trained DDR REM for --method ddr)")
     p.add_argument("--method", required=True, choices=list(METHODS), help="; ".join(f"{k}: {v}" for k, v in METHODS.items()))
