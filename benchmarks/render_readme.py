@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 PAGES = [ROOT / "README.md", ROOT / "docs" / "results.md", ROOT / "docs" / "adapt.md", ROOT / "docs" / "precision.md",
-         ROOT / "docs" / "publishing.md"]
+         ROOT / "docs" / "publishing.md", ROOT / "docs" / "ingest.md"]
 #: the README's summary: (label, table, system) -> nDCG@10 per dataset, in this order
 HEADLINE = [
     ("BM25 (bm25s, Snowball stemming)", "baselines", "BM25 (bm25s, stopwords, Snowball stemming)"),
@@ -45,7 +45,10 @@ LABELS = {"docs_per_s": "docs/s", "peak_gpu_mb": "peak GPU MB", "ndcg@10": "nDCG
           "nnz_query": "nnz/query", "nnz_doc": "nnz/doc",
           "requests_per_s": "req/s", "p50_s": "p50 (s)", "p95_s": "p95 (s)", "max_s": "max (s)",
           "searches_during_B_build": "searches during B's build", "p95_s_during_B_build": "p95 during B's build (s)",
-          "max_s_during_B_build": "max during B's build (s)"}
+          "max_s_during_B_build": "max during B's build (s)", "word_f1": "word F1", "min_word_f1": "min word F1",
+          "words_in_order": "words in order", "corpus_jsonl_ndcg@10": "corpus.jsonl nDCG@10",
+          "ingest_docs_per_s": "ingest files/s", "ingest_pages_per_s": "ingest pages/s", "peak_rss_mib": "peak RSS (MiB)",
+          "files_per_s": "files/s", "over_window": "over the window", "overflow_p95": "overflow p95 (tokens)"}
 
 
 def load_rows() -> list[dict]:

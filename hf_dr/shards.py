@@ -1,8 +1,9 @@
 """Sharded, resumable output folders: the one machinery behind ``hf-dr encode`` (embeddings folders,
 :mod:`hf_dr.embeddings`) and ``hf-dr generate-queries`` (generated-query folders,
 :mod:`hf_dr.generation`). A folder is cut into shards, each written atomically with a JSON marker;
-a process under a launcher takes the shards ``s % world_size == rank``; a re-run skips the finished
-shards, so a crash (``kill -9`` included) loses at most the shard being written."""
+a process under a launcher takes the shards ``s % world_size == rank`` (or, without a launcher,
+:func:`run_processes` starts the processes itself); a re-run skips the finished shards, so a crash
+(``kill -9`` included) loses at most the shard being written."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 __all__ = ["ShardedFolderError", "write_atomic", "write_json", "read_json_checked", "shard_name", "dist",
-           "shards_to_do", "all_shards_done"]
+           "shards_to_do", "all_shards_done", "run_processes"]
 
 
 class ShardedFolderError(ValueError):
@@ -83,3 +84,29 @@ def all_shards_done(out: Path, n_shards: int, done, state, rank: int, error: typ
         raise error(f"{out}: {len(missing)} shard(s) not done ({missing[:5]}...): run the "
                     "command again (finished shards are kept)")
     return True
+
+
+def run_processes(target, kwargs: dict, n: int) -> None:
+    """Run ``target(**kwargs, rank=r, world_size=n)`` for ``r`` in ``1..n-1`` in fresh processes (spawned:
+    no state of this one is inherited) and ``r = 0`` in this one; return once all are done.
+    :class:`ShardedFolderError` when a process failed (its shards are then not done: a re-run does them)."""
+    if n <= 1:
+        target(**kwargs, rank=0, world_size=1)
+        return
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=target, kwargs={**kwargs, "rank": r, "world_size": n}, daemon=True)
+             for r in range(1, n)]
+    for p in procs:
+        p.start()
+    try:
+        target(**kwargs, rank=0, world_size=n)
+    finally:
+        for p in procs:
+            p.join()
+    failed = [r for r, p in enumerate(procs, 1) if p.exitcode != 0]
+    if failed:
+        raise ShardedFolderError(f"process(es) {failed} of {n} failed (exit status "
+                                 f"{[procs[r - 1].exitcode for r in failed]}): run the command again "
+                                 "(finished shards are kept)")

@@ -182,7 +182,7 @@ def test_importing_a_layer_loads_none_of_what_it_must_not(layer, forbidden):
 LAYERS = (
     ("core", ("hf_dr.io", "hf_dr.extras", "hf_dr.stage_cache", "hf_dr.fingerprints", "hf_dr.shards", "hf_dr.devices",
               "hf_dr.precision", "hf_dr.encoding")),
-    ("data, models, objectives", ("hf_dr.data", "hf_dr.models", "hf_dr.st_encoder", "hf_dr.embeddings",
+    ("data, models, objectives", ("hf_dr.data", "hf_dr.ingest", "hf_dr.models", "hf_dr.st_encoder", "hf_dr.embeddings",
                                   "hf_dr.losses", "hf_dr.objectives")),
     ("search, metrics, training", ("hf_dr.retrieval", "hf_dr.evaluation", "hf_dr.metrics", "hf_dr.training")),
     ("queries, labels, factory, publishing", ("hf_dr.generation", "hf_dr.labeling", "hf_dr.analysis", "hf_dr.factory",

@@ -33,8 +33,8 @@ def register(sub) -> None:
 
     p = sub.add_parser("adapt", help="adapt a retriever to a corpus: label, train, select, evaluate, card",
                        description=__doc__)
-    p.add_argument("--data", required=True, help="BEIR folder (corpus.jsonl, queries.jsonl; qrels optional; "
-                   "corpus.jsonl alone: queries are generated)")
+    p.add_argument("--data", required=True, help="BEIR folder (corpus.jsonl, queries.jsonl; qrels optional; corpus.jsonl "
+                   "alone: queries are generated), or a folder of documents: ingested first, cached (hf-dr ingest)")
     p.add_argument("--model", required=True, help="the retriever to adapt (any hf-dr encoder; an MLM checkpoint "
                    "for --method cai; a trained DDR REM for --method ddr)")
     p.add_argument("--method", required=True, choices=list(METHODS), help="; ".join(f"{k}: {v}" for k, v in METHODS.items()))
@@ -162,6 +162,9 @@ def run(args) -> int:
     from ..adaptation.pipeline import AdaptError, adapt
     from ..cli import CLIError
 
+    from .ingest import documents_as_data
+
+    args.data = documents_as_data(args.data, args.model, document_prompt=args.document_prompt)
     argv = sys.argv[sys.argv.index("adapt") + 1:] if "adapt" in sys.argv else None
     command = "hf-dr adapt " + " ".join(shlex.quote(a) for a in argv) if argv is not None else None
     cfg = config_from_args(args, command)

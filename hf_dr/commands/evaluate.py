@@ -18,7 +18,9 @@ from ..factory import RETRIEVER_KINDS
 def register(sub) -> None:
     p = sub.add_parser("evaluate", help="evaluate a retriever on a BEIR folder or Hub dataset",
                        description=__doc__)
-    p.add_argument("--data", required=True, help="BEIR folder or Hub dataset id (BeIR/scifact, mteb/scifact)")
+    p.add_argument("--data", required=True, help="BEIR folder or Hub dataset id (BeIR/scifact, mteb/scifact), or a folder of documents (PDF, DOCX, "
+                        "HTML, Markdown, text; with queries.jsonl and qrels/ beside them): ingested first into passages "
+                        "for --model, cached (hf-dr ingest, docs/ingest.md)")
     p.add_argument("--retriever", choices=RETRIEVER_KINDS, default="bm25")
     p.add_argument("--model", help="model folder or Hub id (dense, sparse, hybrid)")
     p.add_argument("--embeddings", help="embeddings folder of the corpus by this model (hf-dr encode): no re-encoding")
@@ -37,6 +39,10 @@ def register(sub) -> None:
                         "unless the qrels judge it relevant to that query (BEIR's ignore_identical_ids)")
     g.add_argument("--keep-identical-ids", dest="ignore_identical_ids", action="store_false",
                    help="keep every self-match")
+    p.add_argument("--aggregate", choices=("auto", "maxp", "firstp", "sum", "none"), default="auto",
+                   help="a corpus of passages (hf-dr ingest: ids <doc>#<n>) whose documents the qrels judge: score a "
+                        "document by its best passage (maxp), its first (firstp) or their sum; auto (default) = maxp "
+                        "where that is so, none otherwise")
     p.add_argument("--bm25-stemmer", type=stemmer_name, default="english", help="PyStemmer language, or 'none'")
     p.add_argument("--bm25-stopwords", type=stopwords_name, default="en", help="'en' (or de, fr...) or 'none'")
     p.add_argument("--hybrid-second", choices=("dense", "sparse"), default=None,
@@ -203,6 +209,9 @@ def run(args) -> int:
         parse_metric(m)
     out = check_output(args.output) if args.output else None
     check_model_args(args)
+    from .ingest import documents_as_data
+
+    args.data = documents_as_data(args.data, args.model, document_prompt=args.document_prompt)
     data = load_beir(args.data, split=args.split)
     queries = data.split_queries()
     if not queries:
@@ -220,7 +229,7 @@ def run(args) -> int:
             bm25_stopwords=args.bm25_stopwords, hybrid_second=args.hybrid_second, fusion=args.fusion or "zscore",
             fusion_weights=args.fusion_weights, **index_options(args))
     result = evaluate(retriever, data, k=args.top_k, metrics=args.metrics or DEFAULT_METRICS,
-                      ignore_identical_ids=args.ignore_identical_ids, queries=queries)
+                      ignore_identical_ids=args.ignore_identical_ids, queries=queries, aggregate=args.aggregate)
     info = {**retriever.info(), "model": args.model, "sparse_model": args.sparse_model, "embeddings": args.embeddings,
             **({"saved_indexes": args.index} if args.index else {}), "data": str(data.name),
             "split": data.split, "n_queries": len(queries), "n_docs": len(data.corpus),
@@ -229,6 +238,12 @@ def run(args) -> int:
     print(format_table({name: result.aggregate}, list(result.aggregate)))
     print(f"{result.n_queries} queries, {info['n_docs']} documents, {info['seconds']} s")
     print(describe_self_matches(result.self_matches))
+    if result.aggregation:
+        a = result.aggregation
+        by = {"maxp": "its best passage (MaxP)", "firstp": "its first passage (FirstP)",
+              "sum": "the sum of its passages' scores"}[a["how"]]
+        print(f"passages -> documents: {a['passages']} passages of {a['documents']} documents, each document scored by "
+              f"{by} ({a['passages_retrieved']} passages retrieved per query)")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         write_trec_run(result.run, out / "run.trec", tag=f"hf-dr-{args.retriever}", top_k=args.top_k)

@@ -1,0 +1,17 @@
+"""``hf-dr ingest``: a folder of documents (PDF, DOCX, HTML, Markdown, text; JSONL / CSV / Parquet
+rows) -> a BEIR corpus folder of passages that fit the model that will read them, each with its
+source (file, page, character span), and a manifest of what became of every file.
+
+extract.py   one extractor per format (the ``documents`` extra), bad files -> :class:`SkipFile`
+split.py     token-aware passages on paragraph / sentence boundaries, with overlap and heading paths
+folder.py    the driver: listing (never outside DIR), shards (:mod:`hf_dr.shards`), manifest
+"""
+
+from .extract import Block, Extracted, SkipFile, extract
+from .folder import (BEIR_FILES, DEFAULT_MAX_FILE_SIZE, DEFAULT_OVERLAP, DEFAULT_SHARD_SIZE, IngestError, doc_id, ingest_folder,
+                     ingest_stage, list_inputs, passage_doc)
+from .split import Passage, TokenCounter, split_document
+
+__all__ = ["BEIR_FILES", "Block", "Extracted", "SkipFile", "extract", "IngestError", "ingest_folder", "ingest_stage", "list_inputs", "doc_id",
+           "passage_doc", "Passage", "TokenCounter", "split_document", "DEFAULT_MAX_FILE_SIZE", "DEFAULT_OVERLAP",
+           "DEFAULT_SHARD_SIZE"]
