@@ -78,7 +78,9 @@ def _card_vars(report: dict, manifest: list[dict]) -> dict:
                 sources=read[:LISTED_SOURCES], more_sources=max(0, len(read) - LISTED_SOURCES),
                 tokenizer=public_name(report.get("tokenizer")), max_tokens=report.get("max_tokens"),
                 overlap=report.get("overlap"), prompt=report.get("prompt") or "",
-                text_column=report.get("text_column"))
+                text_column=report.get("text_column"),
+                dataset={**report["dataset"], "source": public_name(report["dataset"].get("source"))}
+                if isinstance(report.get("dataset"), dict) else None)
 
 
 def write_passage_corpus(src: Path, out: Path, *, repo_id: str, template: str | None, card_data: dict | None,
