@@ -399,3 +399,23 @@ def test_a_folder_without_usable_documents_is_a_sentence(tmp_path):
     message = engine.visitor_message(e.value)
     assert message == "The folder of documents could not be searched: “bad” holds no usable document (1 file(s), " \
         "all skipped: empty file: 1)"
+
+
+def test_a_pdf_hit_names_the_page_its_passage_starts_on(tmp_path):
+    """A hit of a PDF says its page: the passage about the query's terms is on page 2 of 3."""
+    from fpdf import FPDF
+
+    folder = tmp_path / "pdfs"
+    folder.mkdir()
+    pdf = FPDF()
+    for text in ("The river flows past the old mill in spring.", "Vitamin D deficiency and bone loss in the old.",
+                 "Rain falls on the plains of the north."):
+        pdf.add_page()
+        pdf.set_font("Helvetica", size=11)
+        pdf.multi_cell(0, 5, text)
+    pdf.output(str(folder / "report 2024.pdf"))
+    engine = _engine(corpus="", documents=f"pdfs={folder}", documents_max_words=12)
+    hits = engine.search("pdfs", "BM25", QUERY, top_k=3, wait=60, results="passages")
+    assert hits[0]["source"] == "report 2024.pdf" and hits[0]["page"] == 2
+    assert hits[0]["matched"] == ["vitamin", "deficiency", "bone", "loss"]
+    assert [h["page"] for h in engine.search("pdfs", "BM25", "river mill", top_k=1, wait=60)] == [1]
