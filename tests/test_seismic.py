@@ -295,6 +295,21 @@ def test_cli_index_seismic_from_model_and_data(splade_folders, sparse_bert_dir, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["from-emb", "idx"]  # the encoding is not kept
 
 
+def test_the_space_opens_a_saved_seismic_index(splade_folders, sparse_bert_dir, tmp_path, monkeypatch):
+    from hf_dr.serving import SearchEngine, ServingConfig
+
+    f = splade_folders
+    save_seismic_index(f["emb"], tmp_path / "idx", threads=1, **EXHAUSTIVE)
+    cfg = ServingConfig(corpus=str(f["small"]), prebuild=None, splade_model=str(sparse_bert_dir),
+                        indexes=f"small:SPLADE-CAI={tmp_path / 'idx'}")
+    engine = SearchEngine(cfg)
+    monkeypatch.setattr(engine, "_build_splade", lambda *a: (_ for _ in ()).throw(AssertionError("built")))
+    query = "vitamin D deficiency and bone"
+    hits = engine.search("small", "SPLADE-CAI", query, top_k=3, wait=60)
+    want = SavedIndex(tmp_path / "idx").retriever(f["model"]).search({"q": query}, 3)["q"]
+    assert hits and [h["doc_id"] for h in hits] == list(want) and all(h["why"] for h in hits)  # matched terms
+
+
 # ----------------------------------------------------------------------------- real weights
 @pytest.mark.shared
 @pytest.mark.slow
