@@ -33,9 +33,18 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED, command_line, machine, save_rows  # noqa: E402
-from index_scale import (ARGUANA, N_SCIFACT, SCIFACT, cli, judged_corpus, measure, run_first,  # noqa: E402
-                         run_worker, size_mb)
+from common import SHARED, command_line, machine, save_rows
+from index_scale import (
+    ARGUANA,
+    N_SCIFACT,
+    SCIFACT,
+    cli,
+    judged_corpus,
+    measure,
+    run_first,
+    run_worker,
+    size_mb,
+)
 
 SPLADE = SHARED / "models" / "splade-tiny"
 SYSTEMS = ("inverted", "seismic", "qdrant")
@@ -129,7 +138,7 @@ def worker_search(a) -> None:
     search(Qt[:20], tids[:20], a.k, 1)  # warm
     out = {"open_s": round(opened, 3), "n_queries": len(tids), "k": a.k}
     for threads in (1, 2):
-        best = min(_timed(lambda: search(Qt, tids, a.k, threads)) for _ in range(2))
+        best = min(_timed(lambda t=threads: search(Qt, tids, a.k, t)) for _ in range(2))
         out[f"qps_{threads}t"] = round(len(tids) / best, 1)
     for name, Q, ids in (("throughput", Qt, tids), ("judged", Qj, jids)):
         run = search(Q, ids, a.k, 1)
@@ -211,7 +220,8 @@ def compare(a, work: Path, built: dict) -> list[tuple[str, dict]]:
         runs = {n: json.loads((work / f"run-{name}-{n}.json").read_text()) for n in ("throughput", "judged")}
         acc = [len(set(list(runs["throughput"][q])[:10]) & set(list(d)[:10])) / min(10, len(d))
                for q, d in exact["throughput"].items() if d]
-        m = {"qps_1t": r["qps_1t"], "qps_2t": r["qps_2t"], "speedup_1t_vs_exact": round(r["qps_1t"] / res["inverted"]["qps_1t"], 2),
+        m = {"qps_1t": r["qps_1t"], "qps_2t": r["qps_2t"],
+             "speedup_1t_vs_exact": round(r["qps_1t"] / res["inverted"]["qps_1t"], 2),
              "accuracy@10": round(sum(acc) / len(acc), 4),
              "ndcg@10": round(evaluate_run(qrels, runs["judged"], ["ndcg@10"]).aggregate["ndcg@10"], 4),
              "open_s": r["open_s"], "search_peak_rss_mb": r["peak_rss_mb"],
@@ -252,14 +262,16 @@ def main() -> None:
             "threads": os.cpu_count()}
     rows = [{**base, "system": f"{name}, top {a.k}", "metrics": m} for name, m in compare(a, work, built)]
     if "encode" in built:
-        rows.append({**base, "system": "hf-dr encode --kind sparse (splade-tiny, batch 64)", "metrics": built["encode"]})
+        rows.append({**base, "system": "hf-dr encode --kind sparse (splade-tiny, batch 64)",
+                     "metrics": built["encode"]})
     if "seismic" in a.systems and not a.no_first:
         saved = run_first(built["corpus"], script=__file__, index=built["seismic"]["path"])
         rebuilt = run_first(built["corpus"], script=__file__, embeddings=built["emb"])
         rows.append({**base, "system": "first answered query: saved Seismic index vs a rebuild",
                      "metrics": {"saved_s": saved["first_query_s"], "rebuild_s": rebuilt["first_query_s"],
                                  "ratio": round(saved["first_query_s"] / rebuilt["first_query_s"], 4),
-                                 "saved_peak_rss_mb": saved["peak_rss_mb"], "rebuild_peak_rss_mb": rebuilt["peak_rss_mb"]}})
+                                 "saved_peak_rss_mb": saved["peak_rss_mb"],
+                                 "rebuild_peak_rss_mb": rebuilt["peak_rss_mb"]}})
     for r in rows:
         print(json.dumps({"system": r["system"], **r["metrics"]}), flush=True)
     (work / "sparse_scale.json").write_text(json.dumps(rows, indent=1))

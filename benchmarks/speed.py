@@ -33,7 +33,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import SHARED, bm25s_own, command_line, machine, save_rows  # noqa: E402
 
-
 #: the clock of every timing: wall (``--clock wall``, default) or this process's CPU time (``--clock cpu``:
 #: single-threaded work on a machine shared with other jobs, whose wall times are noise)
 CLOCK = time.perf_counter
@@ -122,78 +121,15 @@ def compare_splade_training(a, data, texts) -> dict:
                         "ratio": round(ss / so, 3)}}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dataset", default="scifact")
-    ap.add_argument("--model", default=str(SHARED / "models" / "all-MiniLM-L6-v2"))
-    ap.add_argument("--sparse-model", default=str(SHARED / "models" / "splade-tiny"))
-    ap.add_argument("--n-docs", type=int, default=1000, help="documents encoded (random, seed 0); 0 = all")
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--skip", nargs="*", default=[],
-                    choices=["encode", "encode-sparse", "train-sparse", "dense-search", "sparse-search",
-                             "seismic-search", "bm25-search"])
-    ap.add_argument("--train-batch-size", type=int, default=8, help="triplets per SPLADE training step")
-    ap.add_argument("--train-steps", type=int, default=5, help="timed SPLADE training steps per repeat")
-    ap.add_argument("--sparse-embeddings", default=None,
-                    help="sparse-search: the corpus's splade-tiny embeddings folder (hf-dr encode --kind sparse) "
-                         "instead of encoding it")
-    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                    help="cpu: this process's CPU time (a shared machine; with OMP_NUM_THREADS=1), printed and not "
-                         "saved (benchmarks/results holds wall-clock rows)")
-    a = ap.parse_args()
-    global CLOCK
-    CLOCK = time.process_time if a.clock == "cpu" else time.perf_counter
-
+def search_rows(a, data, texts: list[str], base: dict) -> list[dict]:
+    """Queries/s of each index against bm25s' own retrieve, top 1000, all the corpus's queries."""
     import torch
-    from sentence_transformers import SentenceTransformer
 
-    from hf_dr.data import load_beir
     from hf_dr.models import load_encoder
     from hf_dr.models.dense import DenseEncoder
     from hf_dr.retrieval import BM25Index, DenseIndex, SparseIndex
 
-    data = load_beir(SHARED / "data" / a.dataset, split=None)
-    texts = data.doc_texts()
     rows = []
-    base = {"table": "speed", "dataset": a.dataset, "command": command_line(), "machine": machine(),
-            "threads": torch.get_num_threads()}
-
-    if "encode" not in a.skip:
-        sample = texts if a.n_docs <= 0 else random.Random(0).sample(texts, min(a.n_docs, len(texts)))
-        ours = DenseEncoder.from_pretrained(a.model)
-        st = SentenceTransformer(a.model, device="cpu")
-        assert st.max_seq_length == ours.max_doc_length, (st.max_seq_length, ours.max_doc_length)
-        ours_dps, st_dps = compare_encode(lambda x, **kw: ours.encode_corpus(x, show_progress_bar=False, **kw),
-                                          lambda x, **kw: st.encode(x, show_progress_bar=False, **kw),
-                                          sample, a.batch_size, a.repeats)
-        print(f"encode: hf-dr {ours_dps:.1f} docs/s, sentence-transformers {st_dps:.1f} docs/s, "
-              f"ratio {ours_dps / st_dps:.2f}x", flush=True)
-        rows.append({**base, "system": "encode: hf-dr vs SentenceTransformer.encode (MiniLM, batch "
-                     f"{a.batch_size}, max_len {ours.max_doc_length}, {len(sample)} docs)",
-                     "metrics": {"hf_dr_docs_per_s": round(ours_dps, 2), "peer_docs_per_s": round(st_dps, 2),
-                                 "ratio": round(ours_dps / st_dps, 3)}})
-
-    if "encode-sparse" not in a.skip:
-        from sentence_transformers import SparseEncoder
-
-        from hf_dr.models.splade import SPLADECAI
-
-        sample = texts if a.n_docs <= 0 else random.Random(0).sample(texts, min(a.n_docs, len(texts)))
-        st_sparse = SparseEncoder(a.sparse_model, device="cpu")
-        ours = SPLADECAI.from_backbone(a.sparse_model, max_doc_length=st_sparse.max_seq_length)
-        ours_dps, st_dps = compare_encode(lambda x, **kw: ours.encode_corpus(x, show_progress_bar=False, **kw),
-                                          st_sparse.encode_document, sample, a.batch_size, a.repeats)
-        print(f"encode sparse: hf-dr SPLADECAI {ours_dps:.1f} docs/s, SparseEncoder {st_dps:.1f} docs/s, "
-              f"ratio {ours_dps / st_dps:.2f}x", flush=True)
-        rows.append({**base, "system": "encode: SPLADECAI vs sentence-transformers SparseEncoder (splade-tiny, batch "
-                     f"{a.batch_size}, max_len {st_sparse.max_seq_length}, {len(sample)} docs)",
-                     "metrics": {"hf_dr_docs_per_s": round(ours_dps, 2), "peer_docs_per_s": round(st_dps, 2),
-                                 "ratio": round(ours_dps / st_dps, 3)}})
-
-    if "train-sparse" not in a.skip:
-        rows.append({**base, **compare_splade_training(a, data, texts)})
-
     queries = dict(zip(data.queries["_id"], data.queries["text"]))
     qids, qtexts = list(queries), list(queries.values())
     # the peer: bm25s' own index and retrieve (tokenising the queries included, as a search does),
@@ -247,6 +183,79 @@ def main() -> None:
 
             search_row("SeismicIndex (splade-tiny vectors, approximate, 1 thread)",
                        SeismicIndex(D, data.doc_ids(), threads=1), Q)
+    return rows
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dataset", default="scifact")
+    ap.add_argument("--model", default=str(SHARED / "models" / "all-MiniLM-L6-v2"))
+    ap.add_argument("--sparse-model", default=str(SHARED / "models" / "splade-tiny"))
+    ap.add_argument("--n-docs", type=int, default=1000, help="documents encoded (random, seed 0); 0 = all")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--skip", nargs="*", default=[],
+                    choices=["encode", "encode-sparse", "train-sparse", "dense-search", "sparse-search",
+                             "seismic-search", "bm25-search"])
+    ap.add_argument("--train-batch-size", type=int, default=8, help="triplets per SPLADE training step")
+    ap.add_argument("--train-steps", type=int, default=5, help="timed SPLADE training steps per repeat")
+    ap.add_argument("--sparse-embeddings", default=None,
+                    help="sparse-search: the corpus's splade-tiny embeddings folder (hf-dr encode --kind sparse) "
+                         "instead of encoding it")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="cpu: this process's CPU time (a shared machine; with OMP_NUM_THREADS=1), printed and not "
+                         "saved (benchmarks/results holds wall-clock rows)")
+    a = ap.parse_args()
+    global CLOCK
+    CLOCK = time.process_time if a.clock == "cpu" else time.perf_counter
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from hf_dr.data import load_beir
+    from hf_dr.models.dense import DenseEncoder
+
+    data = load_beir(SHARED / "data" / a.dataset, split=None)
+    texts = data.doc_texts()
+    rows = []
+    base = {"table": "speed", "dataset": a.dataset, "command": command_line(), "machine": machine(),
+            "threads": torch.get_num_threads()}
+
+    if "encode" not in a.skip:
+        sample = texts if a.n_docs <= 0 else random.Random(0).sample(texts, min(a.n_docs, len(texts)))
+        ours = DenseEncoder.from_pretrained(a.model)
+        st = SentenceTransformer(a.model, device="cpu")
+        assert st.max_seq_length == ours.max_doc_length, (st.max_seq_length, ours.max_doc_length)
+        ours_dps, st_dps = compare_encode(lambda x, **kw: ours.encode_corpus(x, show_progress_bar=False, **kw),
+                                          lambda x, **kw: st.encode(x, show_progress_bar=False, **kw),
+                                          sample, a.batch_size, a.repeats)
+        print(f"encode: hf-dr {ours_dps:.1f} docs/s, sentence-transformers {st_dps:.1f} docs/s, "
+              f"ratio {ours_dps / st_dps:.2f}x", flush=True)
+        rows.append({**base, "system": "encode: hf-dr vs SentenceTransformer.encode (MiniLM, batch "
+                     f"{a.batch_size}, max_len {ours.max_doc_length}, {len(sample)} docs)",
+                     "metrics": {"hf_dr_docs_per_s": round(ours_dps, 2), "peer_docs_per_s": round(st_dps, 2),
+                                 "ratio": round(ours_dps / st_dps, 3)}})
+
+    if "encode-sparse" not in a.skip:
+        from sentence_transformers import SparseEncoder
+
+        from hf_dr.models.splade import SPLADECAI
+
+        sample = texts if a.n_docs <= 0 else random.Random(0).sample(texts, min(a.n_docs, len(texts)))
+        st_sparse = SparseEncoder(a.sparse_model, device="cpu")
+        ours = SPLADECAI.from_backbone(a.sparse_model, max_doc_length=st_sparse.max_seq_length)
+        ours_dps, st_dps = compare_encode(lambda x, **kw: ours.encode_corpus(x, show_progress_bar=False, **kw),
+                                          st_sparse.encode_document, sample, a.batch_size, a.repeats)
+        print(f"encode sparse: hf-dr SPLADECAI {ours_dps:.1f} docs/s, SparseEncoder {st_dps:.1f} docs/s, "
+              f"ratio {ours_dps / st_dps:.2f}x", flush=True)
+        rows.append({**base, "system": "encode: SPLADECAI vs sentence-transformers SparseEncoder (splade-tiny, batch "
+                     f"{a.batch_size}, max_len {st_sparse.max_seq_length}, {len(sample)} docs)",
+                     "metrics": {"hf_dr_docs_per_s": round(ours_dps, 2), "peer_docs_per_s": round(st_dps, 2),
+                                 "ratio": round(ours_dps / st_dps, 3)}})
+
+    if "train-sparse" not in a.skip:
+        rows.append({**base, **compare_splade_training(a, data, texts)})
+
+    rows += search_rows(a, data, texts, base)
     if a.clock == "wall":
         save_rows("speed", rows)
 

@@ -20,13 +20,17 @@ import scipy.sparse as sp
 
 pytest.importorskip("seismic", reason="pyseismic-lsr is not installed (pip install \"hf-dr[seismic]\")")
 
-from hf_dr.cli import main  # noqa: E402
-from hf_dr.embeddings import Embeddings  # noqa: E402
-from hf_dr.retrieval import (EncoderRetriever, SavedIndex, SavedIndexError, SparseIndex,  # noqa: E402
-                             save_seismic_index)
-from hf_dr.retrieval.seismic import SeismicIndex  # noqa: E402
+from hf_dr.cli import main
+from hf_dr.embeddings import Embeddings
+from hf_dr.retrieval import (
+    EncoderRetriever,
+    SavedIndex,
+    SavedIndexError,
+    save_seismic_index,
+)
+from hf_dr.retrieval.seismic import SeismicIndex
 
-from .conftest import SAMPLE, SPLADE_TINY, need  # noqa: E402
+from .conftest import SAMPLE, SPLADE_TINY, need
 
 #: the engine keeps document values in fp16: each rounded to within 2**-11 of itself (relative)
 FP16_REL = 2.0 ** -11
@@ -131,7 +135,7 @@ def test_answers_out_of_order_and_missing_are_put_back_under_their_query(index, 
 
 
 def test_saved_index_searches_as_the_built_one(index, docs, queries, tmp_path):
-    D, ids = docs
+    _, ids = docs
     Q, qids = queries
     index.save(tmp_path)
     loaded = SeismicIndex.load(tmp_path, ids, threads=1)
@@ -206,8 +210,8 @@ def splade_folders(sparse_bert_dir, tmp_path_factory):
     lines = (SAMPLE / "qrels" / "test.tsv").read_text().splitlines()
     first = {json.loads(x)["_id"] for x in (small / "corpus.jsonl").read_text().splitlines()}
     (small / "qrels").mkdir()
-    (small / "qrels" / "test.tsv").write_text("\n".join([lines[0], *[x for x in lines[1:] if x.split("\t")[1] in first]])
-                                              + "\n")
+    judged = [x for x in lines[1:] if x.split("\t")[1] in first]
+    (small / "qrels" / "test.tsv").write_text("\n".join([lines[0], *judged]) + "\n")
     assert main(["encode", "--data", str(small), "--model", str(sparse_bert_dir), "--kind", "sparse", "--max-length",
                  "64", "--shard-size", "8", "--output", str(d / "emb"), "--no-progress"]) == 0
     assert 0 < (Embeddings(d / "emb").matrix().getnnz(axis=0) > 0).sum() <= 200
@@ -248,14 +252,18 @@ def test_cli_index_seismic_then_evaluate_and_refusals(splade_folders, sparse_ber
     ev = ["evaluate", "--data", str(f["small"]), "--retriever", "sparse", "--model", str(sparse_bert_dir)]
     assert main([*ev, "--index", str(idx), "--output", str(tmp_path / "s")]) == 0
     assert main([*ev, "--index", str(inv), "--output", str(tmp_path / "i")]) == 0
-    s, i = (json.loads((tmp_path / n / "metrics.json").read_text()) for n in ("s", "i"))
+    # built for the run (--index-type seismic), from the embeddings
+    assert main([*ev, "--embeddings", str(f["emb"]), "--index-type", "seismic", "--query-cut", "1000",
+                 "--heap-factor", "0.000001", "--output", str(tmp_path / "b")]) == 0
+    s, i, b = (json.loads((tmp_path / n / "metrics.json").read_text()) for n in ("s", "i", "b"))
     assert s["index"]["index_type"] == "seismic" and s["saved_index"] == str(idx)
+    assert b["index"]["index_type"] == "seismic" and b["index"]["query_cut"] == 1000
     for name, value in i["metrics"].items():
-        assert abs(s["metrics"][name] - value) <= 0.005, name
+        assert abs(s["metrics"][name] - value) <= 0.005 and abs(b["metrics"][name] - value) <= 0.005, name
     other = tmp_path / "other"  # another model: one weight changed
     shutil.copytree(sparse_bert_dir, other)
-    from transformers import BertForMaskedLM
     import torch
+    from transformers import BertForMaskedLM
 
     m = BertForMaskedLM.from_pretrained(other)
     with torch.no_grad():
@@ -269,7 +277,8 @@ def test_cli_index_seismic_then_evaluate_and_refusals(splade_folders, sparse_ber
         (["evaluate", "--data", str(f["small"]), "--index-type", "seismic"], "goes with --retriever sparse"),
         (["index", "--embeddings", str(f["emb"]), "--backend", "inverted", "--n-postings", "5", "--output",
           str(tmp_path / "x")], "go with --backend seismic"),
-        (["index", "--data", str(f["small"]), "--backend", "seismic", "--output", str(tmp_path / "x")], "needs --model"),
+        (["index", "--data", str(f["small"]), "--backend", "seismic", "--output", str(tmp_path / "x")],
+         "needs --model"),
         (["index", "--data", str(f["small"]), "--model", str(sparse_bert_dir), "--output", str(tmp_path / "x")],
          "--model goes with --backend seismic"),
         (["label", "--data", str(f["small"]), "--negatives", "bm25", "--reranker", "monot5:x", "--index", str(idx),

@@ -25,7 +25,13 @@ is refused. ``--url`` talks to a server or cluster, ``--path`` to qdrant-client'
 
 from __future__ import annotations
 
-from ..cli import non_negative_int, positive_float, positive_int, stemmer_name, stopwords_name
+from ..cli import (
+    non_negative_int,
+    positive_float,
+    positive_int,
+    stemmer_name,
+    stopwords_name,
+)
 
 BACKENDS = ("faiss", "inverted", "seismic", "bm25", "qdrant")
 
@@ -84,7 +90,8 @@ def register(sub) -> None:
 def add_seismic_arguments(p, build: bool = True) -> None:
     """Seismic's search options (saved with the index; ``hf-dr evaluate`` may change them) and,
     with ``build``, its build options (docs/retrieval.md, "Seismic")."""
-    from ..retrieval.seismic import BUILD_DEFAULTS as B, SEARCH_DEFAULTS as S
+    from ..retrieval.seismic import BUILD_DEFAULTS as B
+    from ..retrieval.seismic import SEARCH_DEFAULTS as S
 
     g = p.add_argument_group("Seismic (--backend seismic; docs/retrieval.md: which sparse index when)")
     g.add_argument("--query-cut", type=positive_int, default=None,
@@ -92,7 +99,8 @@ def add_seismic_arguments(p, build: bool = True) -> None:
                         ("; saved, evaluate can change it)" if build else ", or the saved index's own)"))
     g.add_argument("--heap-factor", type=positive_float, default=None,
                    help=f"a block is read when its summary scores above this x the current k-th score (default "
-                        f"{S['heap_factor']}" + ("; saved, evaluate can change it)" if build else ", or the index's own)"))
+                        f"{S['heap_factor']}" + ("; saved, evaluate can change it)" if build
+                                                 else ", or the index's own)"))
     g.add_argument("--threads", type=non_negative_int, default=None,
                    help="engine threads (default 0: all cores)")
     if not build:
@@ -203,7 +211,8 @@ def run(args) -> int:
             m = _seismic(args, tmp)
         else:
             m = save_sparse_index(args.embeddings[0], tmp)
-    what = {"bm25": "BM25", "faiss": f"faiss {m.get('index_type')}", "inverted": "inverted", "seismic": "Seismic"}[backend]
+    what = {"bm25": "BM25", "faiss": f"faiss {m.get('index_type')}", "inverted": "inverted",
+            "seismic": "Seismic"}[backend]
     print(f"wrote {args.output}: {what} index of {m['n_docs']} documents, built in {m['build_seconds']} s")
     return 0
 

@@ -30,6 +30,7 @@ import os
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
@@ -193,7 +194,7 @@ def save_seismic_index(embeddings, folder: str | os.PathLike, *, query_cut: int 
     build = time.perf_counter() - t0
     index.save(folder, show_progress_bar=show_progress_bar)
     DocIds.write(folder, emb.doc_ids)
-    return _finish(folder, {"backend": "seismic", **index.params, "indexed_docs": int(len(index.rows)), **enc,
+    return _finish(folder, {"backend": "seismic", **index.params, "indexed_docs": len(index.rows), **enc,
                             "build_seconds": round(build, 2)})
 
 
@@ -303,7 +304,7 @@ class SavedIndex(EncodedVectors):
         return BM25Index.load(self.path, self.doc_ids, mmap=mmap)
 
     #: the search-time options of each backend
-    _SEARCH_OPTIONS = {"faiss": ("ef_search", "nprobe"), "seismic": ("query_cut", "heap_factor", "threads")}
+    _SEARCH_OPTIONS: ClassVar[dict] = {"faiss": ("ef_search", "nprobe"), "seismic": ("query_cut", "heap_factor", "threads")}
 
     def _check_search_options(self, **given) -> None:
         own = self._SEARCH_OPTIONS.get(self.backend, ())

@@ -33,7 +33,7 @@ import scipy.sparse as sp
 
 from .run import Run
 
-__all__ = ["SeismicIndex", "BUILD_DEFAULTS", "SEARCH_DEFAULTS"]
+__all__ = ["BUILD_DEFAULTS", "SEARCH_DEFAULTS", "SeismicIndex"]
 
 #: build parameters (Seismic's names): ``n_postings`` average postings kept per term (the
 #: largest weights; the rest pruned), ``centroid_fraction`` blocks per posting list as a fraction of
