@@ -86,8 +86,9 @@ class SparseIndex:
         """The stored vectors of the documents at ``rows`` (CSR ``[len(rows), |V|]``)."""
         return self.postings[:, np.asarray(rows)].T.tocsr()
 
-    #: postings a group of queries scored by one sparse product may touch (its output: ~8 bytes each)
-    GROUP_POSTINGS = 1 << 22
+    #: postings a group of queries scored by one sparse product may touch (their copy and the output:
+    #: ~16 bytes each; a query touching more is a group of its own)
+    GROUP_POSTINGS = 1 << 20
 
     def search(self, query_vectors: sp.spmatrix, query_ids: Sequence[str], top_k: int = 1000,
                canonical: bool = True) -> Run:
