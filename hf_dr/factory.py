@@ -43,6 +43,8 @@ def _saved_indexes(index) -> dict:
 
 #: options of a dense index fixed when it is built (a saved index has its own)
 _BUILD_OPTIONS = ("index_type", "hnsw_m", "nlist", "pq_m")
+#: options of a saved index that may change at search time (faiss; Seismic)
+SEARCH_OPTIONS = ("ef_search", "nprobe", "use_gpu", "query_cut", "heap_factor", "threads")
 
 
 def build_retriever(kind: str, data, model=None, *, embeddings=None, index=None, batch_size: int = 32,
@@ -61,7 +63,8 @@ def build_retriever(kind: str, data, model=None, *, embeddings=None, index=None,
     is checked against ``data``'s corpus, the model and the BM25 options, and refused when they
     differ (:class:`~hf_dr.retrieval.saved.SavedIndexError`, a ``ValueError``).
     ``index_kwargs``: dense index options (``index_type``, ``hnsw_m``, ``nlist``, ``use_gpu``...;
-    with a saved index only the search-time ones: ``ef_search``, ``nprobe``, ``use_gpu``).
+    with a saved index only the search-time ones: ``ef_search``, ``nprobe``, ``use_gpu``; a Seismic
+    index's ``query_cut``, ``heap_factor``, ``threads``).
     ``dtype``: the precision the model encodes the corpus and the queries in (``auto`` | ``fp32`` | ``bf16``
     | ``fp16``, :mod:`hf_dr.precision`; default: the encoder's own ``encode_dtype``). ``query_prompt`` /
     ``document_prompt``: texts prepended to the queries / documents (default: the model's own prompts;
@@ -154,7 +157,7 @@ def _saved_side(saved, encoder, data, embeddings, max_length, batch_size, index_
     if fixed:
         raise ValueError(f"{saved.path} was built with its own {', '.join(fixed)} "
                          f"({saved.describe()}): they cannot change at search time")
-    search_opts = {k: index_kwargs[k] for k in ("ef_search", "nprobe", "use_gpu") if k in index_kwargs}
+    search_opts = {k: index_kwargs[k] for k in SEARCH_OPTIONS if index_kwargs.get(k) is not None}
     return saved.retriever(encoder, data, max_length=max_length, batch_size=batch_size, **search_opts)
 
 
