@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from hf_dr.cli import main
-from hf_dr.generation import generate_to_folder, get_generator, read_generated
+from hf_dr.generation import generate_to_folder, get_generator
 from tests.conftest import REPO, SAMPLE
 
 

@@ -133,7 +133,7 @@ def test_push_local_dir_loads_without_hf_dr(kind, tiny_bert_dir, tmp_path):
     assert "{{" not in readme and "## Citation" in readme
 
     # a Hub user without hf-dr: AutoModel + the card's own snippet
-    snippet = _card_snippet(readme).replace(f"your-username/model", str(out))
+    snippet = _card_snippet(readme).replace("your-username/model", str(out))
     (tmp_path / "snippet.py").write_text(snippet)
     if kind == "dense":
         check = f"""
