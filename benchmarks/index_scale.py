@@ -1,4 +1,4 @@
-"""Corpus scale (issue #24): a million documents on one machine — encode -> index (faiss flat and
+"""Corpus scale: a million documents on one machine — encode -> index (faiss flat and
 HNSW, BM25) -> ``hf-dr evaluate --index`` on judged queries, with the issue's numbers measured in one run.
 
 The corpus (built here, deterministic, from ../shared/data): SciFact's 5,183 abstracts whole, under

@@ -46,7 +46,8 @@ def corpus_fingerprint(pairs: Iterable[tuple[str, str]]) -> str:
 
 def model_fingerprint(model) -> str:
     """A hash of a model's class, configuration and every weight it encodes with (a model lists
-    unused weights' name prefixes in ``fingerprint_skip``): two models with the same fingerprint encode alike. (The tokenizer is covered by its vocabulary size and class.)"""
+    unused weights' name prefixes in ``fingerprint_skip``): two models with the same fingerprint
+    encode alike. (The tokenizer is covered by its vocabulary size and class.)"""
     import torch
 
     h = hashlib.sha256(type(model).__name__.encode())

@@ -1,4 +1,4 @@
-"""Adaptation methods as plug-ins (issue #25): methods defined in this file, registered with
+"""Adaptation methods as plug-ins: methods defined in this file, registered with
 ``register_method``, run end to end through ``hf-dr adapt``'s pipeline — labelled, trained,
 selected, evaluated, written with their own card rows and metrics — without a line of ``hf_dr/``
 naming them."""

@@ -1,4 +1,4 @@
-"""Corpus scale (issue #24): BEIR corpora memory-mapped through ``datasets`` (an Arrow cache keyed by
+"""Corpus scale: BEIR corpora memory-mapped through ``datasets`` (an Arrow cache keyed by
 content), and indexes built once (faiss flat / HNSW / IVF-PQ, the inverted index, BM25), saved
 with their manifests, opened memory-mapped and searched exactly as the in-memory builds; a search
 with another model, corpus or tokenisation is refused (exit status 2); a second ``hf-dr evaluate

@@ -11,16 +11,17 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..cli import add_dtype_argument, add_prompt_arguments, apply_prompt_arguments, finite_float, positive_int, stemmer_name, stopwords_name
+from ..cli import (add_dtype_argument, add_prompt_arguments, apply_prompt_arguments, finite_float, positive_int, stemmer_name,
+                   stopwords_name)
 from ..factory import RETRIEVER_KINDS
 
 
 def register(sub) -> None:
     p = sub.add_parser("evaluate", help="evaluate a retriever on a BEIR folder or Hub dataset",
                        description=__doc__)
-    p.add_argument("--data", required=True, help="BEIR folder or Hub dataset id (BeIR/scifact, mteb/scifact), or a folder of documents (PDF, DOCX, "
-                        "HTML, Markdown, text; with queries.jsonl and qrels/ beside them): ingested first into passages "
-                        "for --model, cached (hf-dr ingest, docs/ingest.md)")
+    p.add_argument("--data", required=True, help="BEIR folder or Hub dataset id (BeIR/scifact, mteb/scifact), "
+                        "or a folder of documents (PDF, DOCX, HTML, Markdown, text; with queries.jsonl and qrels/ beside them): "
+                        "ingested first into passages for --model, cached (hf-dr ingest, docs/ingest.md)")
     p.add_argument("--retriever", choices=RETRIEVER_KINDS, default="bm25")
     p.add_argument("--model", help="model folder or Hub id (dense, sparse, hybrid)")
     p.add_argument("--embeddings", help="embeddings folder of the corpus by this model (hf-dr encode): no re-encoding")

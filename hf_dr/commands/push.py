@@ -1,6 +1,6 @@
 """``hf-dr push``: publish a saved model (BERMEncoder, DDR REM or DAM, SPLADECAI, DenseEncoder), a
-dataset (``--dataset``) or the search Space (``--space``) to the Hugging Face Hub, with its card. ``--local-dir OUT`` writes exactly the folder that
-would be uploaded, without network."""
+dataset (``--dataset``) or the search Space (``--space``) to the Hugging Face Hub, with its card.
+``--local-dir OUT`` writes exactly the folder that would be uploaded, without network."""
 
 from __future__ import annotations
 

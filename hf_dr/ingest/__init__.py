@@ -12,6 +12,6 @@ from .folder import (BEIR_FILES, DEFAULT_MAX_FILE_SIZE, DEFAULT_OVERLAP, DEFAULT
                      ingest_stage, list_inputs, passage_doc)
 from .split import Passage, TokenCounter, split_document
 
-__all__ = ["BEIR_FILES", "Block", "Extracted", "SkipFile", "extract", "IngestError", "ingest_folder", "ingest_stage", "list_inputs", "doc_id",
-           "passage_doc", "Passage", "TokenCounter", "split_document", "DEFAULT_MAX_FILE_SIZE", "DEFAULT_OVERLAP",
-           "DEFAULT_SHARD_SIZE"]
+__all__ = ["BEIR_FILES", "Block", "Extracted", "SkipFile", "extract", "IngestError", "ingest_folder", "ingest_stage",
+           "list_inputs", "doc_id", "passage_doc", "Passage", "TokenCounter", "split_document", "DEFAULT_MAX_FILE_SIZE",
+           "DEFAULT_OVERLAP", "DEFAULT_SHARD_SIZE"]
