@@ -153,16 +153,22 @@ def save_dense_index(embeddings, folder: str | os.PathLike, *, index_type: str =
     return _finish(folder, {"backend": "faiss", **index.params, **enc, "build_seconds": round(build, 2)})
 
 
-def save_sparse_index(embeddings, folder: str | os.PathLike) -> dict:
-    """Build the inverted index (:class:`~hf_dr.retrieval.SparseIndex`) of a sparse embeddings folder
-    and write its posting lists into ``folder``. Returns the manifest."""
-    from .sparse import SparseIndex
-
+def _sparse_source(embeddings, folder) -> tuple:
+    """``(embeddings, its encoding record, the index folder, created)``; refused when the vectors are dense."""
     emb, enc = _encoded(embeddings)
     if not emb.is_sparse:
         raise SavedIndexError(f"{emb.path} holds dense vectors: index them with --backend faiss")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    return emb, enc, folder
+
+
+def save_sparse_index(embeddings, folder: str | os.PathLike) -> dict:
+    """Build the inverted index (:class:`~hf_dr.retrieval.SparseIndex`) of a sparse embeddings folder
+    and write its posting lists into ``folder``. Returns the manifest."""
+    from .sparse import SparseIndex
+
+    emb, enc, folder = _sparse_source(embeddings, folder)
     t0 = time.perf_counter()
     index = SparseIndex(emb.matrix(), emb.doc_ids)
     build = time.perf_counter() - t0
@@ -182,11 +188,7 @@ def save_seismic_index(embeddings, folder: str | os.PathLike, *, query_cut: int 
     ``query_cut`` / ``heap_factor``: the search defaults saved with it. Returns the manifest."""
     from .seismic import SeismicIndex
 
-    emb, enc = _encoded(embeddings)
-    if not emb.is_sparse:
-        raise SavedIndexError(f"{emb.path} holds dense vectors: index them with --backend faiss")
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    emb, enc, folder = _sparse_source(embeddings, folder)
     t0 = time.perf_counter()
     index = SeismicIndex([b for _, b in emb.iter_shards()], emb.doc_ids, query_cut=query_cut,
                          heap_factor=heap_factor, threads=threads, show_progress_bar=show_progress_bar,
