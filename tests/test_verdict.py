@@ -47,7 +47,7 @@ def test_verdict_strings():
     assert VERDICTS == ("better on labelled queries", "better on pseudo-labels only", "kept the starting model")
     pseudo = {"start": 0.80, "selected": 0.85}
     judged = {"queries": 20, "difference": 0.08, "resolution": 0.05, "p_value": 0.01, "start": 0.6, "selected": 0.68,
-              "select_queries": 19}
+              "select_count": 19}
     v, sentence = decide(False, judged, False, pseudo)
     assert v == LABELLED and sentence.startswith(LABELLED) and "20 held-out judged dev queries" in sentence
     assert "not the 19 that chose" in sentence and "±0.0500" in sentence and "+0.0800" in sentence

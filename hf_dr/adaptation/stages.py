@@ -419,6 +419,8 @@ class Selection:
     fell: dict | None = None  # generated queries, contained teacher: the best checkpoint's significant fall (verdict.decide)
     unverified: dict | None = None  # {"step", "why", "folder"}: a trained checkpoint kept beside the start, unverified
     word: str = ""  # Sentence Transformers' WIN / MARGINAL / REGRESSION (verdict.verdict_word)
+    best_step: int = 0  # the best trained checkpoint (the output, or what the start was kept over)
+    best_dir: Path | None = None  # its saved model
 
 
 def select(run: Run, labels: Labels, trained: Trained) -> Selection:
@@ -487,7 +489,8 @@ def select(run: Run, labels: Labels, trained: Trained) -> Selection:
     say(f"verdict: {sentence}")
     say(f"verdict: {word} (Sentence Transformers' word against the starting model, evaluated first)")
     return Selection(step, dev, folder, kept_start, contained, dev_scores, last_step, last_dir, start_is_candidate,
-                     verdict, sentence, comparison, pseudo, fell, unverified, word)
+                     verdict, sentence, comparison, pseudo, fell, unverified, word, best_step if record["dev"] else 0,
+                     best_dir if record["dev"] and (best_dir / "config.json").is_file() else None)
 
 
 def _unverified_why(contained: bool, won: bool, gain: dict | None) -> str:
@@ -568,13 +571,14 @@ def _judged_verdict(run: Run, labels: Labels, trained: Trained, best_dir: Path, 
     start = jd.scores(VERDICT, run.student, trained.start_fp, _label_doc_vectors(run, trained.start_fp, jd.data))
     chosen, pseudo = start, None
     if (best_dir / "config.json").is_file() and trained.record["dev"]:
-        scores = labels.dev.scores("dev_selected", _load_output(run, best_dir))
-        chosen = jd.scores(VERDICT, _load_output(run, best_dir))
+        model = _load_output(run, best_dir)
+        scores = labels.dev.scores("dev_selected", model)
+        chosen = jd.scores(VERDICT, model)
         pseudo = scores.get("pseudo_ndcg@10")
     candidates = 1 + len(trained.record["dev"])
-    return {**resolution(chosen["per_query"], start["per_query"]), "start": start["ndcg@10"],
+    return {**jd.describe(), **resolution(chosen["per_query"], start["per_query"]), "start": start["ndcg@10"],
             "selected": chosen["ndcg@10"], "compared_step": best_step if trained.record["dev"] else 0,
-            "select_queries": len(jd.select), "selected_pseudo": pseudo, **jd.describe(),
+            "select_count": len(jd.select), "selected_pseudo": pseudo,
             "accounts_for": (f"the sampling of the {len(jd.verdict)} held-out judged queries (paired t, 95%): the "
                              f"checkpoint was chosen among {candidates} candidates on the {len(jd.select)} other "
                              "judged queries, so the choice does not bias it; not the training seed, nor queries "
@@ -616,7 +620,9 @@ def _load_output(run: Run, folder: Path):
 @dataclass
 class Evaluation:
     """Before / after on the test split (None without its qrels), each ``{"aggregate", "per_query",
-    "n_queries"}``; the paired t-test on nDCG@10; the last checkpoint's scores when not selected."""
+    "n_queries"}``; the paired t-test on nDCG@10; the last checkpoint's scores when not selected, and
+    the best trained checkpoint's when the starting model is the output (``best``: what the verdict
+    compared the start with)."""
 
     labelled: bool
     before: dict | None = None
@@ -624,6 +630,7 @@ class Evaluation:
     last: dict | None = None
     t_statistic: float | None = None
     p_value: float | None = None
+    best: dict | None = None
 
 
 def evaluate(run: Run, chosen: Selection) -> Evaluation:
@@ -657,7 +664,14 @@ def evaluate(run: Run, chosen: Selection) -> Evaluation:
         last = {"step": chosen.last_step, **res}
         say(f"evaluate: the last checkpoint (step {chosen.last_step}, not selected) would score test nDCG@10 "
             f"{res['ndcg@10']:.4f}")
-    return Evaluation(True, before, after, last, t_stat, p_value)
+    best = None
+    if chosen.kept_start and chosen.best_dir is not None:  # after the choice: what the start was kept over
+        model = loaded(chosen.best_dir)
+        res = _evaluate_cached(run.cache, model, test, _encoded(run, model, test))["aggregate"]
+        best = {"step": chosen.best_step, **res}
+        say(f"evaluate: the best trained checkpoint (step {chosen.best_step}, not output) would score test nDCG@10 "
+            f"{res['ndcg@10']:.4f}")
+    return Evaluation(True, before, after, last, t_stat, p_value, best)
 
 
 def _encoded(run: Run, model, data):
@@ -735,7 +749,8 @@ def _metrics(run: Run, labels: Labels, trained: Trained, chosen: Selection, ev: 
         "kept_starting_model": chosen.kept_start, "below_zero_shot": below,
         # the verdict (hf_dr.adaptation.verdict): one of its three phrases, and the numbers behind it
         "verdict": chosen.verdict, "verdict_sentence": chosen.verdict_sentence,
-        "verdict_word": chosen.word,  # Sentence Transformers' WIN / MARGINAL / REGRESSION (verdict.verdict_word)
+        "verdict_word": chosen.word,
+        "verdict_interval": _verdict_interval(chosen),  # Sentence Transformers' WIN / MARGINAL / REGRESSION (verdict.verdict_word)
         # a trained checkpoint kept beside the starting model (OUT/unverified), for want of independent evidence
         "unverified": ({"step": chosen.unverified["step"], "why": chosen.unverified["why"], "folder": "unverified"}
                        if chosen.unverified else None),
@@ -748,6 +763,8 @@ def _metrics(run: Run, labels: Labels, trained: Trained, chosen: Selection, ev: 
         "starting_model_is_candidate": chosen.start_is_candidate,
         # the test score of the last checkpoint when selection chose another: how selection fared
         "last_checkpoint": ev.last,
+        # the test score of the best trained checkpoint when the starting model is the output (unverified, or lost)
+        "best_checkpoint": ev.best,
         # mlm_steps, margin_scale: the method's own (Method.budget), None for the others
         "budget": {"steps": cfg.max_steps, "eval_steps": eval_steps(cfg), "batch_size": cfg.batch_size,
                    "learning_rate": cfg.learning_rate, "max_length": run.max_length,
@@ -765,13 +782,28 @@ def _metrics(run: Run, labels: Labels, trained: Trained, chosen: Selection, ev: 
     }
 
 
+def _verdict_interval(chosen: Selection) -> dict | None:
+    """The interval the verdict states: the compared model's mean paired nDCG@10 difference from the
+    start, its 95% half-width, on which queries, and what it accounts for (None when none was stated)."""
+    for on, c in (("held-out judged dev queries", chosen.judged), ("pseudo-dev queries", chosen.pseudo),
+                  ("pseudo-dev queries", chosen.fell)):
+        if c and c.get("difference") is not None:
+            return {"on": on, "queries": c.get("queries"), "difference": c["difference"], "half_width": c.get("resolution"),
+                    "compared_step": c.get("compared_step"),
+                    "accounts_for": c.get("accounts_for") or "the sampling of the pseudo-dev queries; not the choice "
+                                                             "among checkpoints made on the same queries, nor the "
+                                                             "teacher's errors"}
+    return None
+
+
 def _judged_report(labels: Labels, chosen: Selection, record: dict) -> dict | None:
     """metrics.json's ``judged_dev``: how many judged dev queries, the smallest difference they
     resolve (and how it is computed), the output against the starting model on them."""
     if chosen.judged is None:
         return None
     jd = labels.dev.judged
-    return {**{k: v for k, v in chosen.judged.items() if k != "selected_pseudo"}, "judged_queries": jd.queries,
+    return {**{k: v for k, v in chosen.judged.items() if k not in ("selected_pseudo", "select_count")},
+            "judged_queries": jd.queries,
             # selection's nDCG@10 of every step: the selection half's
             "steps": {"0": chosen.dev_scores["0"], **{str(k): v for k, v in (record.get("dev_judged") or {}).items()}}}
 

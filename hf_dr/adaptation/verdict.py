@@ -119,7 +119,7 @@ def _p(x) -> str:
 
 def _judged_part(judged: dict, kept_start: bool) -> str:
     other = "the best checkpoint" if kept_start else "the output"
-    chose = f", not the {judged['select_queries']} that chose" if judged.get("select_queries") else ""
+    chose = f", not the {judged['select_count']} that chose" if judged.get("select_count") else ""
     return (f"{judged['queries']} held-out judged dev queries{chose}: nDCG@10 {_f(judged['start'])} (start) -> "
             f"{_f(judged['selected'])} ({other}), difference {judged['difference']:+.4f}, 95% interval "
             f"±{_f(judged['resolution'])} (p = {_p(judged['p_value'])})")
@@ -137,7 +137,7 @@ def decide(kept_start: bool, judged: dict | None, contained: bool, pseudo: dict,
     """``(verdict, sentence)``: one of :data:`VERDICTS` and the numbers behind it. ``judged``: the
     :func:`resolution` of the output against the starting model on the held-out (verdict) half of
     the judged dev queries, with ``start`` and ``selected`` (their nDCG@10; with ``kept_start``,
-    ``selected`` is the best checkpoint, which lost) and ``select_queries``, or None; ``pseudo``:
+    ``selected`` is the best checkpoint, which lost) and ``select_count`` (the queries that chose), or None; ``pseudo``:
     ``start`` and ``selected`` pseudo-dev nDCG@10 (with no judged query and a teacher that does not
     contain the start, also the :func:`resolution` of the best checkpoint against it there);
     ``fell``: generated queries, a teacher containing the start, and the best checkpoint below it on
