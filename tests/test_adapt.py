@@ -76,6 +76,7 @@ def first_run(split_data, tiny_bert_dir, tmp_path_factory):
     return out, work, calls
 
 
+@pytest.mark.pipeline
 def test_adapt_end_to_end(first_run, tmp_path, capsys):
     out, work, calls = first_run
     # the test split is read once, after training and selection
@@ -335,6 +336,7 @@ def test_ddr_trains_a_target_dam_for_the_rem(first_run, split_data, rem_dir, tmp
     assert "REM" in (out / "README.md").read_text()
 
 
+@pytest.mark.pipeline
 def test_last_checkpoint_is_reported_when_selection_chose_another(split_data, tiny_bert_dir, tmp_path, monkeypatch,
                                                                   capsys):
     """When the dev set picks an earlier step, the last checkpoint's test score is reported beside
@@ -356,6 +358,30 @@ def test_last_checkpoint_is_reported_when_selection_chose_another(split_data, ti
     assert m["last_checkpoint"]["step"] == 4 and 0.0 <= m["last_checkpoint"]["ndcg@10"] <= 1.0
     assert "the last checkpoint (step 4, not selected) would score test nDCG@10" in text
     assert "the last\ncheckpoint, step 4, would have scored" in (tmp_path / "o" / "README.md").read_text()
+
+
+@pytest.mark.pipeline
+def test_an_unresolved_pseudo_gain_keeps_the_start_and_the_checkpoint_as_unverified(split_data, tiny_bert_dir, tmp_path,
+                                                                                    monkeypatch, capsys):
+    """No judged query and a teacher that does not contain the student: a checkpoint that beats the
+    start on the pseudo-labels by less than they resolve does not replace it; it is kept beside it."""
+    import hf_dr.adaptation.stages as stages
+
+    def best_is_better(record, model):
+        record["dev"] = {2: 2.0, 4: -1.0}
+
+    monkeypatch.setattr(stages, "_containment", lambda *a: {"contained": False, "by": None, "why": "forced"})
+    monkeypatch.setattr(stages, "_pseudo_gain", lambda run, labels, trained, step: {
+        "queries": 6, "difference": 0.02, "resolution": 0.1, "p_value": 0.6, "compared_step": step})
+    out = tmp_path / "o"
+    rc, text, err = _adapt_after_training(monkeypatch, capsys, best_is_better, split_data, tiny_bert_dir, out)
+    assert rc == 0, err
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["kept_starting_model"] is True and m["selected_step"] == 0 and m["verdict_word"] == "MARGINAL"
+    assert m["unverified"]["step"] == 2 and "less than the 6 pseudo-dev queries resolve" in m["unverified"]["why"]
+    assert m["verdict_sentence"].startswith("kept the starting model; the trained checkpoint (step 2, in unverified/)")
+    assert (out / "unverified" / "config.json").is_file() and m["after"] == m["before"]
+    assert m["best_checkpoint"]["step"] == 2 and "is in" in text and "unverified" in text
 
 
 def test_calibrated_margin_scale_puts_student_margins_on_the_teachers_scale(tiny_bert_dir):

@@ -117,6 +117,7 @@ def test_a_method_from_a_test_file_runs_end_to_end(toy_run, capsys):
     assert "toy-noise" in capsys.readouterr().out
 
 
+@pytest.mark.pipeline
 def test_a_method_with_its_own_training_loop(toy_run, tiny_bert_dir, tmp_path, capsys):
     data, first = toy_run
     out = tmp_path / "out"

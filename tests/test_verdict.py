@@ -144,6 +144,7 @@ def test_generated_queries_keep_the_start_when_the_best_checkpoint_falls_beyond_
     assert stages._fell(run, labels, trained, 100) is None
 
 
+@pytest.mark.pipeline
 def test_a_corpus_only_run_whose_checkpoints_fall_outputs_the_starting_model(tmp_path, tiny_bert_dir, capsys,
                                                                              monkeypatch):
     """End to end on a folder holding only corpus.jsonl: when the best checkpoint fell (forced here), the
@@ -361,6 +362,7 @@ def judged_data(tmp_path_factory):
     return d, set(dev_ids)
 
 
+@pytest.mark.pipeline
 def test_judged_dev_queries_choose_and_never_train(judged_data, tiny_bert_dir, tmp_path, capsys):
     from datasets import load_from_disk
 
@@ -415,6 +417,7 @@ def test_judged_dev_queries_choose_and_never_train(judged_data, tiny_bert_dir, t
     assert "judged dev nDCG@10 | pseudo-dev nDCG@10" in card
 
 
+@pytest.mark.pipeline
 def test_without_judged_queries_the_verdict_rests_on_pseudo_labels(tiny_bert_dir, tmp_path, capsys, monkeypatch):
     """... and the starting model's corpus encoding of the label stage (the fusion teacher's dense
     half is this student) serves its step-0 dev evaluation and its test evaluation."""
@@ -457,6 +460,7 @@ def test_a_judged_dev_query_of_the_test_split_is_refused(tiny_bert_dir, tmp_path
     shutil.rmtree(data)
 
 
+@pytest.mark.pipeline
 def test_labels_that_trained_on_a_judged_dev_query_are_refused(tiny_bert_dir, tmp_path, capsys):
     """A `hf-dr label` folder made before qrels/dev.tsv judged some of its queries: its triplets
     train on queries that now choose the checkpoint. Refused; `hf-dr label` leaves them out now."""
