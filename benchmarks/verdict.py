@@ -176,7 +176,8 @@ def main(argv=None) -> int:
     work = (REPO / a.work).resolve() if not Path(a.work).is_absolute() else Path(a.work)
     budget = "-".join(f"{k}{getattr(a, k)}" for k in ("max_steps", "max_length", "batch_size")
                       if getattr(a, k) is not None) or "defaults"
-    judged_rows = []
+    # what the rows and the summary are grouped by: the budget and the data (dev fraction, reduced corpus)
+    tag = f"{budget}-dev{round(100 * a.dev_fraction)}" + (f"-docs{a.max_docs}" if a.max_docs else "")
     for corpus in a.corpora.split(","):
         folders = prepare(corpus, work, a.dev_fraction, a.max_docs)
         for spec in a.methods.split(","):
@@ -189,20 +190,33 @@ def main(argv=None) -> int:
                     res = adapt_run(data, out, work / f"work-{data.name.rsplit('-', 1)[0]}", student, method, seed, a,
                                     folders["generate"])
                     m, row = res["metrics"], judge(res["metrics"])
-                    judged_rows.append(row)
-                    save_rows("verdict", [_row(corpus, spec, seed, variant, folders, m, row, res["command"], budget)],
+                    save_rows("verdict", [_row(corpus, spec, seed, variant, folders, m, row, res["command"], tag)],
                               merge_key=("table", "dataset", "system"))
                     log(f"{corpus} {spec} seed {seed} {variant}: {row['verdict']} ({row['word']}), output test "
                         f"difference {row['output_test_difference']:+.4f}")
-    command = command_line()
-    summaries = [{"table": "verdict_summary", "dataset": ",".join(a.corpora.split(",")),
-                  "system": f"{label} ({budget}; methods {a.methods}; seeds {a.seeds})", "command": command,
-                  "machine": machine(), "metrics": summary(judged_rows, flag)}
-                 for label, flag in (("with judged dev queries", True), ("without judged dev queries", False))]
-    save_rows("verdict", summaries, merge_key=("table", "dataset", "system"))
-    for s in summaries:
-        log(f"{s['system']}: {s['metrics']}")
+    save_rows("verdict", summaries_of(tag), merge_key=("table", "dataset", "system"))
     return 0
+
+
+def summaries_of(budget: str) -> list[dict]:
+    """The summary rows over every run recorded with this budget (this command's and earlier ones':
+    the grid resumes across commands)."""
+    from common import RESULTS
+
+    runs = [r for r in json.loads((RESULTS / "verdict.json").read_text())
+            if r["table"] == "verdict" and r.get("budget") == budget]
+    corpora = ",".join(dict.fromkeys(r["dataset"] for r in runs))
+    methods = ",".join(sorted({r["method"] for r in runs}))
+    seeds = ",".join(str(s) for s in sorted({r["seed"] for r in runs}))
+    out = []
+    for label, flag in (("with judged dev queries", True), ("without judged dev queries", False)):
+        row = {"table": "verdict_summary", "dataset": corpora,
+               "system": f"{label} ({budget}; {methods}; seeds {seeds})", "budget": budget,
+               "command": command_line(), "machine": machine(),
+               "metrics": summary([r["judged_fields"] for r in runs], flag)}
+        log(f"{row['system']}: {row['metrics']}")
+        out.append(row)
+    return out
 
 
 def _row(corpus, spec, seed, variant, folders, m, row, command, budget) -> dict:
@@ -218,6 +232,7 @@ def _row(corpus, spec, seed, variant, folders, m, row, command, budget) -> dict:
                         "test Δ (compared)": "" if row["compared_test_difference"] is None else
                         round(row["compared_test_difference"], 4),
                         "inside": "" if row["covered"] is None else ("yes" if row["covered"] else "no")},
+            "budget": budget, "method": spec, "seed": seed, "variant": variant, "judged_fields": row,
             "verdict_sentence": m["verdict_sentence"], "judged_dev": m.get("judged_dev"),
             "unverified": m.get("unverified"), "before": m["before"], "after": m["after"],
             "best_checkpoint": m.get("best_checkpoint"), "minutes": m["budget"]["minutes"]}

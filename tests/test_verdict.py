@@ -482,3 +482,45 @@ def test_labels_that_trained_on_a_judged_dev_query_are_refused(tiny_bert_dir, tm
     # labelled again, the judged query is left out
     assert main([*label, "--output", str(tmp_path / "labels2")]) == 0
     assert trained[0] not in set(load_from_disk(str(tmp_path / "labels2"))["query_id"])
+
+
+# ----------------------------------------------------------------------------- the calibration benchmark
+def _benchmark():
+    import importlib.util
+    import sys
+
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    sys.path.insert(0, str(root))
+    spec = importlib.util.spec_from_file_location("hf_dr_verdict_benchmark", root / "verdict.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _metrics(verdict, before, after, kept, interval=None, best=None, unverified=False, judged=True):
+    return {"verdict": verdict, "verdict_word": None, "before": {"ndcg@10": before}, "after": {"ndcg@10": after},
+            "kept_starting_model": kept, "best_checkpoint": {"ndcg@10": best} if best is not None else None,
+            "verdict_interval": interval, "unverified": {"step": 1} if unverified else None,
+            "judged_dev": {} if judged else None}
+
+
+def test_the_benchmark_counts_claims_losses_and_coverage():
+    """benchmarks/verdict.py's counts: a claim holds when the output gains on test; a loss let
+    through is a "better" verdict whose output lost; coverage asks whether the compared model's
+    test difference lies inside the stated interval."""
+    bench = _benchmark()
+    iv = {"on": "held-out", "difference": 0.03, "half_width": 0.02}
+    runs = [bench.judge(_metrics(LABELLED, 0.5, 0.53, False, iv)),          # holds, inside
+            bench.judge(_metrics(LABELLED, 0.5, 0.49, False, iv)),          # a loss let through, outside
+            bench.judge(_metrics(PSEUDO_ONLY, 0.5, 0.51, False, {**iv, "difference": 0.005})),  # inside
+            bench.judge(_metrics(KEPT, 0.5, 0.5, True, {**iv, "difference": -0.04}, best=0.47)),  # compared: -0.03
+            bench.judge(_metrics(KEPT, 0.5, 0.5, True, None, best=0.45, unverified=True, judged=False))]
+    assert runs[3]["compared_test_difference"] == pytest.approx(-0.03) and runs[3]["covered"] is True
+    assert runs[4]["interval"] is None and runs[4]["covered"] is None
+    s = bench.summary(runs, judged=True)
+    assert s["runs"] == 4 and s["labelled claims"] == 2 and s["labelled held on test"] == 1
+    assert s["labelled losses let through"] == 1 and s["pseudo claims"] == 1 and s["pseudo held on test"] == 1
+    assert s["intervals"] == 4 and s["test difference inside"] == 3 and s["shipped below zero-shot"] == 1
+    s = bench.summary(runs, judged=False)
+    assert s["runs"] == 1 and s["kept start, unverified"] == 1 and s["unverified worse on test"] == 1
+    assert s["shipped below zero-shot"] == 0
