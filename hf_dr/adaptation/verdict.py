@@ -154,8 +154,10 @@ def decide(kept_start: bool, judged: dict | None, contained: bool, pseudo: dict,
             return KEPT, f"{KEPT}: no checkpoint beat it on the judged dev queries that chose ({judged_part})"
         if res is not None and judged["difference"] > 0 and judged["difference"] >= res:
             return LABELLED, f"{LABELLED}: {judged_part}"
-        return PSEUDO_ONLY, (f"{PSEUDO_ONLY}: the {judged_part} lean its way by less than they can resolve, so "
-                             f"only the pseudo-labels it was trained on speak for it; {pseudo_part}")
+        lean = "lean its way by less than they can resolve" if judged["difference"] > 0 else \
+            "do not lean its way, and resolve no loss either"
+        return PSEUDO_ONLY, (f"{PSEUDO_ONLY}: the {judged_part} {lean}, so only the judged queries that chose it and "
+                             f"the pseudo-labels it was trained on speak for it; {pseudo_part}")
     if unverified is not None:
         head = (f"{KEPT}; the trained checkpoint (step {unverified['step']}, in {UNVERIFIED}/) is unverified and "
                 "may be worse")
