@@ -164,19 +164,20 @@ def _saved_side(saved, encoder, data, embeddings, max_length, batch_size, index_
 def evaluate_model(encoder, data, *, top_k: int = 1000, metrics: Sequence[str] = DEFAULT_METRICS,
                    batch_size: int = 32, ignore_identical_ids: bool | None = None,
                    show_progress_bar: bool | None = True, index_kwargs: Mapping | None = None,
-                   doc_vectors: tuple | None = None):
+                   doc_vectors: tuple | None = None, queries: Mapping[str, str] | None = None):
     """Encode ``data``'s corpus with ``encoder`` (dense or sparse by ``output_is_sparse``) and
     :func:`~hf_dr.evaluation.evaluate` it. Returns ``(EvalResult, run)``. ``doc_vectors``:
-    ``(doc_ids, matrix)``, the corpus already encoded by this encoder (used, not encoded again,
-    when its ids are ``data``'s in order)."""
+    ``(doc_ids, matrix)``, the corpus already encoded by this encoder (a dense array or a CSR
+    matrix; used, not encoded again, when its ids are ``data``'s in order). ``queries``: score
+    only these of ``data``'s judged queries."""
     if doc_vectors is not None and list(doc_vectors[0]) == list(data.doc_ids()):
         import numpy as np
 
-        retriever = EncoderRetriever(encoder, np.asarray(doc_vectors[1]), doc_vectors[0], batch_size=batch_size,
-                                     **(index_kwargs or {}))
+        mat = doc_vectors[1] if hasattr(doc_vectors[1], "tocsr") else np.asarray(doc_vectors[1])
+        retriever = EncoderRetriever(encoder, mat, doc_vectors[0], batch_size=batch_size, **(index_kwargs or {}))
     else:
         retriever = EncoderRetriever.from_data(encoder, data, batch_size=batch_size,
                                                show_progress_bar=show_progress_bar, **(index_kwargs or {}))
     result = evaluate(retriever, data, k=top_k, metrics=metrics, ignore_identical_ids=ignore_identical_ids,
-                      show_progress_bar=show_progress_bar)
+                      queries=queries, show_progress_bar=show_progress_bar)
     return result, result.run

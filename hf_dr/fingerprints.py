@@ -53,7 +53,10 @@ def model_fingerprint(model) -> str:
     h = hashlib.sha256(type(model).__name__.encode())
     cfg = getattr(model, "config", None)
     if cfg is not None and hasattr(cfg, "to_dict"):
-        d = {k: v for k, v in cfg.to_dict().items() if k not in ("_name_or_path", "transformers_version")}
+        # not what saving rewrites (``save_pretrained`` sets ``architectures`` to the saving class): a model
+        # and its saved copy encode alike
+        d = {k: v for k, v in cfg.to_dict().items() if k not in ("_name_or_path", "transformers_version",
+                                                                  "architectures")}
         h.update(json.dumps(d, sort_keys=True, default=str).encode())
     tok = getattr(model, "tokenizer", None)
     if tok is not None:
