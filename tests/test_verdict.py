@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np

@@ -749,8 +749,8 @@ def _metrics(run: AdaptRun, labels: Labels, trained: Trained, chosen: Selection,
         "kept_starting_model": chosen.kept_start, "below_zero_shot": below,
         # the verdict (hf_dr.adaptation.verdict): one of its three phrases, and the numbers behind it
         "verdict": chosen.verdict, "verdict_sentence": chosen.verdict_sentence,
-        "verdict_word": chosen.word,
-        "verdict_interval": _verdict_interval(chosen),  # Sentence Transformers' WIN / MARGINAL / REGRESSION (verdict.verdict_word)
+        "verdict_word": chosen.word,  # Sentence Transformers' WIN / MARGINAL / REGRESSION (verdict.verdict_word)
+        "verdict_interval": _verdict_interval(chosen),
         # a trained checkpoint kept beside the starting model (OUT/unverified), for want of independent evidence
         "unverified": ({"step": chosen.unverified["step"], "why": chosen.unverified["why"], "folder": "unverified"}
                        if chosen.unverified else None),

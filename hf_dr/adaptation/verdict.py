@@ -88,6 +88,11 @@ def resolution(after: Mapping[str, float], before: Mapping[str, float]) -> dict:
             "method": "paired t, 95% confidence interval of the mean per-query difference"}
 
 
+def _top(scores: dict, docs: list, n: int) -> set:
+    """The ``n`` best of ``docs`` by ``scores`` (ties by id)."""
+    return set(sorted(docs, key=lambda d: (-scores[d], d))[:n])
+
+
 def rank_agreement(a: Mapping[str, Mapping[str, float]], b: Mapping[str, Mapping[str, float]], k: int = 10) -> dict:
     """How closely two rankings of the same candidates agree, over the queries both scored: mean
     Kendall tau-b of the scores, and mean overlap of the top ``k`` (a fraction). A query whose
@@ -103,8 +108,7 @@ def rank_agreement(a: Mapping[str, Mapping[str, float]], b: Mapping[str, Mapping
         tau = kendalltau(x, y).statistic
         taus.append(0.0 if tau is None or not np.isfinite(tau) else float(tau))
         n = min(k, len(docs))
-        top = lambda s: set(sorted(docs, key=lambda d: (-s[q][d], d))[:n])  # noqa: E731
-        overlaps.append(len(top(a) & top(b)) / n)
+        overlaps.append(len(_top(a[q], docs, n) & _top(b[q], docs, n)) / n)
     return {"kendall_tau": float(np.mean(taus)) if taus else None,
             f"top{k}_overlap": float(np.mean(overlaps)) if overlaps else None, "queries": len(taus)}
 
