@@ -1,4 +1,4 @@
-"""``hf-dr adapt`` (issue #13): label -> train -> select on the pseudo-dev set (step 0 included) ->
+"""``hf-dr adapt``: label -> train -> select on the pseudo-dev set (step 0 included) ->
 evaluate on the test split (read last) -> OUT/model + README.md + metrics.json; stage caching,
 resume, no-qrels folders, composition with ``hf-dr label`` folders, refusals."""
 
@@ -247,7 +247,7 @@ def test_methods_on_reused_labels(method, first_run, split_data, tiny_bert_dir, 
     assert set(m["dev"]) == {"0", "1", "2"} and m["method"] == method
     kind = {"pseudo-margin-mse": "hf_dr_dense.json", "berm": "modeling_berm.py", "cai": "modeling_splade.py"}[method]
     assert (out / "model" / kind).is_file()
-    # #22: OUT/model is a Sentence Transformers folder too, encoding as hf-dr does
+    # OUT/model is a Sentence Transformers folder too, encoding as hf-dr does
     from tests.test_st_out import assert_st_matches
 
     st = assert_st_matches(out / "model")

@@ -1,4 +1,4 @@
-"""Issue #23, items 2 and 3: the verdict of ``hf-dr adapt`` (better on labelled queries / better on
+"""The verdict of ``hf-dr adapt`` (better on labelled queries / better on
 pseudo-labels only / kept the starting model), the user's judged dev queries (``qrels/dev.tsv``)
 choosing the checkpoint and kept out of training, the behavioural teacher-contains-student rule,
 and a cheap dev evaluation (small candidate sets, each document encoded once, a progress bar, a

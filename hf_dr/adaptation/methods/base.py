@@ -140,7 +140,7 @@ class Method:
     #: the configuration of its measured row: AdaptConfig fields left at None, and its own options not
     #: given, take these values (applied once, by :func:`~hf_dr.adaptation.plan.resolve`)
     defaults: Mapping[str, Any] = {}
-    #: what differs from ``defaults`` when the training queries are generated from the corpus (#23;
+    #: what differs from ``defaults`` when the training queries are generated from the corpus (
     #: :func:`~hf_dr.adaptation.config.generates_queries`): the configuration of its measured corpus-only row
     generated_defaults: Mapping[str, Any] = {}
     #: the method's own options: a dataclass of :func:`option` fields (``hf-dr adapt`` makes a flag of
