@@ -35,7 +35,7 @@ queries: ``--train-fraction F`` writes a copy beside the work folders whose ``qr
 names a seeded F of the queries (their judgments are never read: `hf-dr adapt` takes only their
 ids) and whose ``qrels/test.tsv`` keeps the rest, the only queries evaluated.
 
-``--judged-dev N`` (#23) writes a copy (``DATA-judgedN``) whose ``qrels/dev.tsv`` judges N seeded
+``--judged-dev N`` writes a copy (``DATA-judgedN``) whose ``qrels/dev.tsv`` judges N seeded
 training queries (from ``qrels/train.tsv``): the user's judged dev queries, never trained on, which
 then choose the checkpoint. Every row records the verdict (better on labelled queries / better on
 pseudo-labels only / kept the starting model) and its numbers, so a run with and one without
@@ -174,10 +174,10 @@ def main() -> int:
     ap.add_argument("--learning-rate", type=float, default=2e-5)
     ap.add_argument("--max-length", type=int, default=256, help="MiniLM's default; the labels' dense encoding too")
     ap.add_argument("--dev-queries", type=int, default=20,
-                    help="training queries held out as the pseudo-dev set (20 candidates each since #23: the "
-                         "teacher's top 10 and 10 hard negatives; 100 before: 10 + 90 random)")
+                    help="training queries held out as the pseudo-dev set (20 candidates each: the "
+                         "teacher's top 10 and 10 hard negatives; formerly 100: 10 + 90 random)")
     ap.add_argument("--judged-dev", type=int, default=None, metavar="N",
-                    help="judge N training queries for selection: a copy of --data with qrels/dev.tsv (#23)")
+                    help="judge N training queries for selection: a copy of --data with qrels/dev.tsv")
     ap.add_argument("--mlm-steps", type=int, default=300, help="cai: continual MLM steps")
     ap.add_argument("--work", default="runs/adapt")
     ap.add_argument("--no-refs", action="store_true", help="skip the BM25 / teacher rows")
@@ -257,7 +257,7 @@ def main() -> int:
                  "defaults": defaults, "config": m.get("config"),
                  "dev": m["dev"], "selected_step": m["selected_step"], "below_zero_shot": m["below_zero_shot"],
                  "starting_model_is_candidate": m.get("starting_model_is_candidate"), "last_checkpoint": last,
-                 # #23: what the output says, and on what evidence
+                 # what the output says, and on what evidence
                  "verdict": m.get("verdict"), "verdict_sentence": m.get("verdict_sentence"),
                  "selection_on": m.get("selection_on"), "judged_dev": m.get("judged_dev"),
                  "containment": m.get("containment"),

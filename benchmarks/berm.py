@@ -116,7 +116,8 @@ def _start_model(a):
 
 def _settings(a) -> dict:
     return {"train_steps": a.steps, "train_batch_size": a.batch_size, "train_doc_max_length": a.doc_max_length,
-            "eval_doc_max_length": a.eval_doc_max_length, "diag_doc_max_length": a.diag_doc_max_length, "eval_query_max_length": a.eval_query_max_length,
+            "eval_doc_max_length": a.eval_doc_max_length, "diag_doc_max_length": a.diag_doc_max_length,
+            "eval_query_max_length": a.eval_query_max_length,
             "seed": a.seed}
 
 
@@ -180,7 +181,8 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=3e-5)
     ap.add_argument("--doc-max-length", type=int, default=128, help="training passage length (MS MARCO passages fit)")
     ap.add_argument("--eval-doc-max-length", type=int, default=256, help="evaluation passage length (MiniLM's own)")
-    ap.add_argument("--eval-query-max-length", type=int, default=256, help="evaluation query length (MiniLM's own; ArguAna queries are arguments)")
+    ap.add_argument("--eval-query-max-length", type=int, default=256,
+                    help="evaluation query length (MiniLM's own; ArguAna queries are arguments)")
     ap.add_argument("--diag-doc-max-length", type=int, default=256, help="passage length for Table 5 (units past it dropped)")
     ap.add_argument("--diag-pairs", type=int, default=300, help="SciFact train (query, positive) pairs for Table 5")
     ap.add_argument("--datasets", nargs="+", default=["scifact", "arguana"])

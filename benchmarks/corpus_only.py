@@ -1,4 +1,4 @@
-"""A corpus and nothing else (#23): which weight-free query generator should `hf-dr adapt` use?
+"""A corpus and nothing else: which weight-free query generator should `hf-dr adapt` use?
 
     python benchmarks/corpus_only.py --proxy                      # cheap proxy, SciFact (a few minutes on a CPU)
     python benchmarks/corpus_only.py                              # adapt rows: SciFact, all-MiniLM-L6-v2

@@ -151,7 +151,8 @@ def main():
         evaluate(t, "DDR\\DF")
     for f in ("dam_info.json", "train_info.json"):
         for p in sorted(work.glob(f"*/{f}")):
-            print(p.parent.name, json.loads(p.read_text()).get("train_loss"), json.loads(p.read_text()).get("heldout_mlm_loss_after"))
+            print(p.parent.name, json.loads(p.read_text()).get("train_loss"),
+                  json.loads(p.read_text()).get("heldout_mlm_loss_after"))
     print(format_table(table, METRICS))
     (work / "steps.txt").write_text("\n".join(steps) + "\n")
 

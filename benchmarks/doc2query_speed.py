@@ -1,4 +1,4 @@
-"""How long GPL's query generation takes per document (issue #23's GPU clause).
+"""How long GPL's query generation takes per document on a GPU.
 
     python benchmarks/doc2query_speed.py                     # a CUDA GPU: T5 at t5-base's size
     python benchmarks/doc2query_speed.py --docs 20 --size tiny --allow-cpu   # a smoke test of the script

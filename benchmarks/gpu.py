@@ -1,4 +1,4 @@
-"""hf-dr on a GPU (issue #21's GPU clause): encoding in fp32 and bf16 against Sentence
+"""hf-dr on a GPU: encoding in fp32 and bf16 against Sentence
 Transformers, DDR training under ``accelerate launch`` in bf16, one ``hf-dr adapt`` at the paper's
 step count. Every row records the card (``machine``).
 

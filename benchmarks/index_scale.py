@@ -1,4 +1,4 @@
-"""Corpus scale (issue #24): a million documents on one machine — encode -> index (faiss flat and
+"""Corpus scale: a million documents on one machine — encode -> index (faiss flat and
 HNSW, BM25) -> ``hf-dr evaluate --index`` on judged queries, with the issue's numbers measured in one run.
 
 The corpus (built here, deterministic, from ../shared/data): SciFact's 5,183 abstracts whole, under
@@ -254,11 +254,12 @@ def worker_bm25_search(a) -> None:
     print("RESULT " + json.dumps({"queries": answered, "hits": hits}), flush=True)
 
 
-def run_first(data: Path, **opt) -> dict:
-    """Seconds from the start of a worker process to its first answered query, then its metrics and memory."""
+def run_first(data: Path, script: str | None = None, **opt) -> dict:
+    """Seconds from the start of a worker process (``script --worker first``, this file by default)
+    to its first answered query, then its metrics and memory."""
     import tempfile
 
-    argv = [sys.executable, __file__, "--worker", "first", "--data", str(data)]
+    argv = [sys.executable, script or __file__, "--worker", "first", "--data", str(data)]
     for k, v in opt.items():
         argv += [f"--{k}", str(v)]
     with tempfile.TemporaryDirectory() as d:
@@ -280,8 +281,9 @@ def run_first(data: Path, **opt) -> dict:
     return {**result, "first_query_s": round(first, 2), **mem}
 
 
-def run_worker(kind: str, **opt) -> dict:
-    argv = [sys.executable, __file__, "--worker", kind]
+def run_worker(kind: str, script: str | None = None, **opt) -> dict:
+    """``script --worker KIND --OPT VALUE...`` (this file by default) in its own process: its RESULT and memory."""
+    argv = [sys.executable, script or __file__, "--worker", kind]
     for k, v in opt.items():
         argv += [f"--{k}", str(v)]
     r = measure(argv)

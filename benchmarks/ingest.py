@@ -277,7 +277,7 @@ def measure_fidelity(args) -> list[dict]:
         qrels = (ref_dir / "qrels" / "test.tsv").read_text().splitlines()
         # the qrels judge SciFact's ids; the files are <id>.<fmt>: the same documents under their file names
         (out / "qrels" / "test.tsv").write_text("\n".join(
-            [qrels[0]] + [re.sub(r"^(\S+)\t(\S+)\t", lambda m: f"{m[1]}\t{m[2]}.{fmt}\t", line) for line in qrels[1:]]
+            [qrels[0]] + [re.sub(r"^(\S+)\t(\S+)\t", lambda m, fmt=fmt: f"{m[1]}\t{m[2]}.{fmt}\t", line) for line in qrels[1:]]
         ) + "\n")
         data = load_beir(out, split="test")
         for name, make in systems.items():

@@ -1,4 +1,4 @@
-"""Mixed precision (``--dtype``, issue #21): does bf16 change what hf-dr computes?
+"""Mixed precision (``--dtype``): does bf16 change what hf-dr computes?
 
 (a) SciFact test nDCG@10 of all-MiniLM-L6-v2 and splade-tiny encoded in fp32 and in bf16 (CPU
     autocast on a CPU machine, the GPU's autocast on a GPU), through ``build_retriever`` + ``evaluate``

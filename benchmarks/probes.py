@@ -1,4 +1,4 @@
-"""Bad input, crashes and misuse: run each case of issue #14 as a user would, record what happens.
+"""Bad input, crashes and misuse: run each case as a user would, record what happens.
 
     python benchmarks/probes.py                 # -> benchmarks/results/probes.json, docs/robustness.md
     python benchmarks/probes.py --only push     # the cases whose name contains "push"

@@ -47,7 +47,7 @@ def main() -> None:
         data = load_beir(SHARED / "data" / ds, split="test")
         built: dict = {}  # one retriever per (kind, model, options): the hybrids re-use the encoded corpus
 
-        def get(kind, model, kw):
+        def get(kind, model, kw, built=built, data=data):  # bound now: the closure runs in this iteration only
             key = (kind, model, tuple(sorted(kw.items())))
             if key not in built:
                 if kind == "hybrid":

@@ -160,7 +160,7 @@ def start_app(env_extra: dict | None = None, log_path: Path | None = None) -> tu
         except OSError:
             if proc.poll() is not None or time.time() > deadline:
                 proc.kill()
-                raise RuntimeError("the app did not start" + (f"; see {log_path}" if log_path else ""))
+                raise RuntimeError("the app did not start" + (f"; see {log_path}" if log_path else "")) from None
             time.sleep(0.5)
 
 

@@ -91,7 +91,8 @@ def main() -> None:
                 report = run_cai(args)
                 extra = {"vocab_size": report.get("vocabulary", {}).get("final"), "mlm_steps": a.mlm_steps if mlm else 0,
                          "lambda_q": a.lambda_q, "lambda_d": a.lambda_d,
-                         "splade_steps": a.splade_steps, "splade_batch_size": a.splade_batch_size, "doc_max_length": a.doc_max_length}
+                         "splade_steps": a.splade_steps, "splade_batch_size": a.splade_batch_size,
+                         "doc_max_length": a.doc_max_length}
                 save_rows("splade_cai", rows_for(report["metrics"], ds, f"CAI chain{tag}, {name}: ", "splade_cai_chain", extra))
                 for k, v in report["metrics"].items():
                     print(f"{ds:8s} {name:32s} {k:16s} nDCG@10={v['ndcg@10']:.4f}", flush=True)

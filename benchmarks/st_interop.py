@@ -1,4 +1,4 @@
-"""Sentence Transformers out (#22): an `hf-dr adapt` output, loaded by Sentence Transformers, ranks as in hf-dr.
+"""Sentence Transformers out: an `hf-dr adapt` output, loaded by Sentence Transformers, ranks as in hf-dr.
 
     python benchmarks/st_interop.py                       # the SciFact outputs of benchmarks/adapt.py (runs/adapt/scifact-*)
     python benchmarks/st_interop.py --data ../shared/data/scifact --outputs runs/adapt/scifact-minilm-berm-defaults

@@ -1,4 +1,4 @@
-"""A Sentence Transformers model with prompts, through hf-dr and through Sentence Transformers (#22).
+"""A Sentence Transformers model with prompts, through hf-dr and through Sentence Transformers.
 
     python benchmarks/st_prompt.py
 
@@ -80,7 +80,8 @@ def main() -> None:
         peer = _sentence_transformers(data, model)
     recorded = (manifest.get("query_prompt"), manifest.get("document_prompt"))
     row = {"table": "st_prompt", "dataset": "scifact",
-           "system": "all-MiniLM-L6-v2 + E5-style prompts by flag: hf-dr encode/evaluate vs SentenceTransformer.encode(prompt=) + exact search",
+           "system": "all-MiniLM-L6-v2 + E5-style prompts by flag: hf-dr encode/evaluate"
+                     " vs SentenceTransformer.encode(prompt=) + exact search",
            "command": command_line(), "machine": machine(),
            "metrics": {"hf_dr_ndcg@10": round(ours, 4), "st_ndcg@10": round(peer, 4),
                        "abs_diff": round(abs(ours - peer), 6), "no_prompt_ndcg@10": round(plain, 4),

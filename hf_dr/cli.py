@@ -68,6 +68,14 @@ def finite_float(text: str) -> float:
     return value
 
 
+def positive_float(text: str) -> float:
+    """``type=`` for a finite number > 0."""
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number above 0, got {text!r}")
+    return value
+
+
 def stemmer_name(text: str) -> str | None:
     """``type=`` for ``--bm25-stemmer``: a PyStemmer language or ``none``."""
     from .retrieval.bm25 import check_stemmer

@@ -42,8 +42,8 @@ from .devices import encode_device, resolve_device
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LengthReport", "reset_length_reports", "one_length_report", "encode", "iter_encode", "concat_blocks", "EncoderMixin", "doc_to_text", "model_similarity", "embed",
-           "DEFAULT_CHUNK_SIZE", "st_prompts", "apply_prompts"]
+__all__ = ["LengthReport", "reset_length_reports", "one_length_report", "encode", "iter_encode", "concat_blocks", "EncoderMixin",
+           "doc_to_text", "model_similarity", "embed", "DEFAULT_CHUNK_SIZE", "st_prompts", "apply_prompts"]
 
 #: texts tokenised and encoded at a time (and the rows of one shard of an embeddings folder)
 DEFAULT_CHUNK_SIZE = 8192

@@ -282,7 +282,7 @@ def format_table(rows: Mapping[str, Mapping[str, float]], metrics: Sequence[str]
 class RerankEvaluator:
     """Rank each query's judged candidates with an encoder and score the ranking (the dev-set
     protocol of DoDress, papers/004 §5.2: 10 pseudo-positives + 90 random negatives per query; the
-    label pipeline's default since #23: 10 pseudo-positives + 10 hard negatives). Each document is
+    label pipeline's default: 10 pseudo-positives + 10 hard negatives). Each document is
     encoded once per call, in length-sorted chunks, with a progress bar when ``show_progress_bar``
     (None: on a terminal only).
 

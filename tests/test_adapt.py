@@ -1,4 +1,4 @@
-"""``hf-dr adapt`` (issue #13): label -> train -> select on the pseudo-dev set (step 0 included) ->
+"""``hf-dr adapt``: label -> train -> select on the pseudo-dev set (step 0 included) ->
 evaluate on the test split (read last) -> OUT/model + README.md + metrics.json; stage caching,
 resume, no-qrels folders, composition with ``hf-dr label`` folders, refusals."""
 
@@ -82,7 +82,8 @@ def test_adapt_end_to_end(first_run, tmp_path, capsys):
     # the test split is read once, after training and selection
     assert [c for c in calls if c[0] == "test"] == [("test", True)]
     assert calls[0] == ("train", False)
-    assert sorted(p.name for p in out.iterdir()) == ["README.md", "metrics.json", "model"]
+    # no judged query and a teacher containing the student: the start is output, the checkpoint kept as unverified
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "metrics.json", "model", "unverified"]
     m = json.loads((out / "metrics.json").read_text())
     for key in ("before", "after", "p_value", "dev", "selected_step", "below_zero_shot", "budget", "teacher",
                 "kept_starting_model", "labelled_evaluation"):
@@ -91,7 +92,8 @@ def test_adapt_end_to_end(first_run, tmp_path, capsys):
     assert set(m["dev"]) == {"0", "2", "4"}  # step 0 = the untrained model
     # the fusion teacher fuses BM25 with this very student: step 0 is shown but is no candidate
     assert m["teacher_contains_student"] is True and m["starting_model_is_candidate"] is False
-    assert m["selected_step"] in (2, 4) and m["kept_starting_model"] is False
+    assert m["selected_step"] == 0 and m["kept_starting_model"] is True and m["unverified"]["step"] in (2, 4)
+    assert m["best_checkpoint"]["step"] == m["unverified"]["step"]  # its test score, measured after the choice
     assert m["below_zero_shot"] == (m["after"]["ndcg@10"] < m["before"]["ndcg@10"])
     assert 0.0 <= m["p_value"] <= 1.0
     assert m["budget"]["steps"] == 4 and m["budget"]["max_length"] == 32
@@ -245,7 +247,7 @@ def test_methods_on_reused_labels(method, first_run, split_data, tiny_bert_dir, 
     assert set(m["dev"]) == {"0", "1", "2"} and m["method"] == method
     kind = {"pseudo-margin-mse": "hf_dr_dense.json", "berm": "modeling_berm.py", "cai": "modeling_splade.py"}[method]
     assert (out / "model" / kind).is_file()
-    # #22: OUT/model is a Sentence Transformers folder too, encoding as hf-dr does
+    # OUT/model is a Sentence Transformers folder too, encoding as hf-dr does
     from tests.test_st_out import assert_st_matches
 
     st = assert_st_matches(out / "model")
@@ -348,16 +350,47 @@ def test_last_checkpoint_is_reported_when_selection_chose_another(split_data, ti
                                                                   capsys):
     """When the dev set picks an earlier step, the last checkpoint's test score is reported beside
     the selected one (how often selection saves a run is then countable)."""
+    import hf_dr.adaptation.stages as stages
+
     def early_best(record, model):
         record["dev"] = {2: 2.0, 4: -1.0}  # step 2 best, the last step worst
 
+    # a teacher that does not contain the student, whose pseudo-labels resolve the gain: the checkpoint is output
+    monkeypatch.setattr(stages, "_containment", lambda *a: {"contained": False, "by": None, "why": "forced"})
+    monkeypatch.setattr(stages, "_pseudo_gain", lambda run, labels, trained, step: {
+        "queries": 6, "difference": 0.2, "resolution": 0.1, "p_value": 0.01, "compared_step": step})
     rc, text, err = _adapt_after_training(monkeypatch, capsys, early_best, split_data, tiny_bert_dir, tmp_path / "o")
     assert rc == 0, err
     m = json.loads((tmp_path / "o" / "metrics.json").read_text())
-    assert m["selected_step"] == 2
+    assert m["selected_step"] == 2 and m["verdict"] == "better on pseudo-labels only" and m["unverified"] is None
+    assert m["verdict_interval"]["difference"] == 0.2 and m["verdict_interval"]["half_width"] == 0.1
     assert m["last_checkpoint"]["step"] == 4 and 0.0 <= m["last_checkpoint"]["ndcg@10"] <= 1.0
     assert "the last checkpoint (step 4, not selected) would score test nDCG@10" in text
     assert "the last\ncheckpoint, step 4, would have scored" in (tmp_path / "o" / "README.md").read_text()
+
+
+@pytest.mark.pipeline
+def test_an_unresolved_pseudo_gain_keeps_the_start_and_the_checkpoint_as_unverified(split_data, tiny_bert_dir, tmp_path,
+                                                                                    monkeypatch, capsys):
+    """No judged query and a teacher that does not contain the student: a checkpoint that beats the
+    start on the pseudo-labels by less than they resolve does not replace it; it is kept beside it."""
+    import hf_dr.adaptation.stages as stages
+
+    def best_is_better(record, model):
+        record["dev"] = {2: 2.0, 4: -1.0}
+
+    monkeypatch.setattr(stages, "_containment", lambda *a: {"contained": False, "by": None, "why": "forced"})
+    monkeypatch.setattr(stages, "_pseudo_gain", lambda run, labels, trained, step: {
+        "queries": 6, "difference": 0.02, "resolution": 0.1, "p_value": 0.6, "compared_step": step})
+    out = tmp_path / "o"
+    rc, text, err = _adapt_after_training(monkeypatch, capsys, best_is_better, split_data, tiny_bert_dir, out)
+    assert rc == 0, err
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["kept_starting_model"] is True and m["selected_step"] == 0 and m["verdict_word"] == "MARGINAL"
+    assert m["unverified"]["step"] == 2 and "less than the 6 pseudo-dev queries resolve" in m["unverified"]["why"]
+    assert m["verdict_sentence"].startswith("kept the starting model; the trained checkpoint (step 2, in unverified/)")
+    assert (out / "unverified" / "config.json").is_file() and m["after"] == m["before"]
+    assert m["best_checkpoint"]["step"] == 2 and "is in" in text and "unverified" in text
 
 
 def test_calibrated_margin_scale_puts_student_margins_on_the_teachers_scale(tiny_bert_dir):

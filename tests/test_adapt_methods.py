@@ -1,4 +1,4 @@
-"""Adaptation methods as plug-ins (issue #25): methods defined in this file, registered with
+"""Adaptation methods as plug-ins: methods defined in this file, registered with
 ``register_method``, run end to end through ``hf-dr adapt``'s pipeline — labelled, trained,
 selected, evaluated, written with their own card rows and metrics — without a line of ``hf_dr/``
 naming them."""
@@ -130,10 +130,12 @@ def test_a_method_with_its_own_training_loop(toy_run, tiny_bert_dir, tmp_path, c
     m = json.loads((out / "metrics.json").read_text())
     assert set(m["dev"]) == {"0", "1", "2", "3"} and m["method"] == "toy-noise"
     assert m["toy-noise"] == {"noise": 1e-3} and m["cai"] is None
-    # the teacher fuses BM25 with this very student: step 0 is no candidate
-    assert m["teacher_contains_student"] and m["selected_step"] in (1, 2, 3)
-    # the last checkpoint, when not selected, is made a model by the method's own hook and evaluated
-    assert (m["last_checkpoint"] is None) == (m["selected_step"] == 3)
+    # the teacher fuses BM25 with this very student and no query is judged: the start is output, the best
+    # checkpoint kept beside it as unverified
+    assert m["teacher_contains_student"] and m["selected_step"] == 0 and m["unverified"]["step"] in (1, 2, 3)
+    assert (out / "unverified" / "config.json").is_file()
+    # the last checkpoint, not the output, is made a model by the method's own hook and evaluated
+    assert m["last_checkpoint"]["step"] == 3
     # a re-run finds the training cached
     rc = main(["adapt", "--data", str(data), "--model", str(tiny_bert_dir), "--method", "toy-noise",
                "--labels", str(first.with_name(".out.work") / "labels"), "--output", str(out), "--max-length", "32",

@@ -1,4 +1,4 @@
-"""Every bad input is one clear error (issue #14): exit status 2, a message naming the file,
+"""Every bad input is one clear error: exit status 2, a message naming the file,
 line and value, no traceback, found before the expensive work; malformed BEIR files are a
 BeirFormatError naming the file and nothing else (property tests); and quiet output."""
 
@@ -82,7 +82,8 @@ def _case(name):
                                                  [str(h), "no masked-LM head", "BertModel"]),
         "qrels-fractional-grade": lambda t, h: (["evaluate", "--data", str(beir(t / "b", qrels=QRELS_HEAD + "q1\td1\t0.5\n"))],
                                                 ["test.tsv:2", "'0.5'", "not an integer"]),
-        "qrels-inf-grade": lambda t, h: (["evaluate", "--data", str(beir(t / "b", qrels=QRELS_HEAD + "q1\td1\t1\nq1\td2\tinf\n"))],
+        "qrels-inf-grade": lambda t, h: (["evaluate", "--data",
+                                          str(beir(t / "b", qrels=QRELS_HEAD + "q1\td1\t1\nq1\td2\tinf\n"))],
                                          ["test.tsv:3", "'inf'"]),
         "qrels-nan-grade": lambda t, h: (["evaluate", "--data", str(beir(t / "b", qrels=QRELS_HEAD + "q1\td1\tnan\n"))],
                                          ["test.tsv:2", "'nan'"]),
@@ -103,18 +104,22 @@ def _case(name):
                                           ["'nope/scifact'", "cannot be loaded", "not in the local cache"]),
         "data-hub-not-found": lambda t, h: (["evaluate", "--data", "nope/scifact"],
                                             ["'nope/scifact'", "no such dataset on the Hub"]),
-        "model-without-weights": lambda t, h: ((t / "m").mkdir() or (t / "m" / "config.json").write_text('{"model_type": "bert"}') and
-                                               ["evaluate", "--data", str(t / "missing-data"), "--retriever", "dense", "--model", str(t / "m")],
+        "model-without-weights": lambda t, h: ((t / "m").mkdir()
+                                               or (t / "m" / "config.json").write_text('{"model_type": "bert"}') and
+                                               ["evaluate", "--data", str(t / "missing-data"), "--retriever", "dense",
+                                                "--model", str(t / "m")],
                                                [str(t / "m"), "has no weights", "model.safetensors"]),
         "model-no-such-folder": lambda t, h: (ev + ["--retriever", "dense", "--model", "./nomodel"],
                                               ["./nomodel", "no such model folder"]),
-        "model-typo-first-component-exists": lambda t, h: ((t / "runs").mkdir() or ev + ["--retriever", "dense", "--model", "runs/modl"],
+        "model-typo-first-component-exists": lambda t, h: ((t / "runs").mkdir()
+                                                            or ev + ["--retriever", "dense", "--model", "runs/modl"],
                                                            ["runs/modl", "no such model folder"]),
         "model-hub-offline": lambda t, h: (ev + ["--retriever", "dense", "--model", "nope/model"],
                                            ["'nope/model'", "not in the local cache"]),
         "model-hub-not-found": lambda t, h: (ev + ["--retriever", "dense", "--model", "nope/model"],
                                              ["'nope/model'", "no such model on the Hub"]),
-        "unknown-stemmer": lambda t, h: (ev + ["--bm25-stemmer", "klingon"], ["--bm25-stemmer", "'klingon'", "english", "porter"]),
+        "unknown-stemmer": lambda t, h: (ev + ["--bm25-stemmer", "klingon"],
+                                         ["--bm25-stemmer", "'klingon'", "english", "porter"]),
         "unknown-stopwords": lambda t, h: (ev + ["--bm25-stopwords", "klingon"], ["--bm25-stopwords", "'klingon'"]),
         # checked before the data is read: the (missing) data folder is not what is reported
         "output-unwritable": lambda t, h: ((t / "afile").write_text("x") and

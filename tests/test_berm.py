@@ -10,7 +10,7 @@ from datasets import Dataset
 from hf_dr.data import UnitCollator
 from hf_dr.data.units import NO_LABEL, split_units, unit_token_spans
 from hf_dr.labeling.units import annotate_units, essential_unit_labels
-from hf_dr.losses import contrastive_loss, unit_balance_loss, unit_extract_loss
+from hf_dr.losses import unit_balance_loss, unit_extract_loss
 from hf_dr.models.berm.modeling_berm import unit_mean_pool
 from hf_dr.objectives import BERMObjective, ContrastiveObjective
 

@@ -24,7 +24,7 @@ def _perturb_rem(model: DDRModel, seed: int = 1) -> None:
     """Give the REM non-trivial weights (a fresh REM is the identity by construction)."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for _name, p in model.named_parameters():
             if p.requires_grad:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.05)
 

@@ -1,4 +1,4 @@
-"""#21: the fusion teacher's scale on queries with few BM25 candidates, and degenerate labels.
+"""The fusion teacher's scale on queries with few BM25 candidates, and degenerate labels.
 
 Fast tests build a synthetic corpus (no model: the dense scores come from fixed random
 embeddings); the slow one reproduces the issue on SciFact with one-word queries and MiniLM.
@@ -45,7 +45,7 @@ def _fusion(ids, texts, emb, rng, queries, **kw):
 
 
 def _old_formula(rr, q, query, doc_ids, cand):
-    """The teacher before #21: z-scores over the candidate list alone (mean and std of the list)."""
+    """The teacher without a reference set: z-scores over the candidate list alone (mean and std of the list)."""
     c_lex, c_dense = rr._raw(q, query, cand)
     lex, dense = rr._raw(q, query, doc_ids)
 
@@ -63,7 +63,7 @@ def test_a_two_document_list_keeps_every_document_on_one_scale():
     cand = bm25.search(queries, top_k=100)
     assert len(cand["rare"]) == 2 and len(cand["common"]) == 100
     everything = {q: rr.score_documents(q, queries[q], ids, cand[q]) for q in queries}
-    # before #21 the documents outside the two-document list were hundreds of std devs away
+    # with that old formula the documents outside the two-document list were hundreds of std devs away
     old = _old_formula(rr, "rare", queries["rare"], ids, list(cand["rare"]))
     assert np.abs(old).max() > 100
     # now: all on the scale of a full list, within the bound of the reference set
@@ -235,7 +235,7 @@ def test_the_label_cache_keys_hold_the_normalisation_and_the_rule(tmp_path, samp
     queries, bm25 = _queries(sample)
     queries = {q: t for q, t in queries.items() if q.startswith("ok")}
     cfg = dict(k=1, m=3, bm25_top=20, negatives="bm25", dev_queries=0)
-    ids, texts = sample.doc_ids(), sample.doc_texts()
+    ids = sample.doc_ids()
     emb = np.random.default_rng(0).normal(size=(len(ids), 8)).astype(np.float32)
     rr = FusionReranker(bm25, doc_embeddings=emb, encoder_name="fixed")
     for q in queries:
@@ -283,7 +283,7 @@ def test_cli_reports_the_summary_once_and_keeps_with_the_flag(tmp_path, sample, 
     assert json.loads((tmp_path / "b" / "stats.json").read_text())["degenerate"]["kept"] is True
 
 
-# ---------------------------------------------------------------- #21 on SciFact
+# ---------------------------------------------------------------- the teacher's scale on SciFact
 SCIFACT = DATA / "scifact"
 
 

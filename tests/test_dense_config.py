@@ -1,5 +1,5 @@
 """The sentence-transformers configuration of a dense model (pooling, normalisation) is read or
-the load fails loudly: only a checkpoint that has none falls back to mean pooling (issue #21)."""
+the load fails loudly: only a checkpoint that has none falls back to mean pooling."""
 
 from __future__ import annotations
 

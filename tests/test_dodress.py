@@ -59,7 +59,7 @@ def test_simans_sampling_follows_eq1():
     for _ in range(4000):
         counts[sample_negatives("simans", 1, positives=[], rng=rng, ranked=ranked, pos_score=1.0)[0]] += 1
     p = simans_probabilities(np.array(list(ranked.values())), 1.0)
-    for (d, c), pi in zip(counts.items(), p):
+    for (_d, c), pi in zip(counts.items(), p):
         assert c / 4000 == pytest.approx(pi, abs=0.03)
 
 
@@ -165,7 +165,7 @@ def test_end_to_end_on_a_scifact_slice(tmp_path, tiny_encoder, scifact200, negat
         assert not {x["neg_id"] for x in rows} & {d for d, _ in top}
         if negatives == "bm25":  # negatives from the reranked list itself
             assert all(x["pos_score"] >= x["neg_score"] for x in rows)
-    # dev: 10 graded pseudo-positives (2, 2, 1 x 8) + 10 hard negatives per query (#23: from the
+    # dev: 10 graded pseudo-positives (2, 2, 1 x 8) + 10 hard negatives per query (from the
     # teacher's ranks below 20 of the BM25 candidates, where papers/004 has 90 random ones), disjoint from train
     dev_q = set(res.dev["query_id"])
     assert len(res.dev) == 5 * 20 and not dev_q & set(per_q)
@@ -547,7 +547,7 @@ def test_example_builds_labels_and_trains(tmp_path, tiny_bert_dir, scifact200, m
     runpy.run_path(str(example), run_name="__main__")
     out = capsys.readouterr().out
     # 8 training queries, one of which has fewer than k + m = 11 BM25 candidates in this 200-document
-    # slice: dropped as degenerate (#21)
+    # slice: dropped as degenerate
     assert '"triplets": 70' in out and '"degenerate_queries": 1' in out and '"ndcg@10"' in out
     assert (tmp_path / "o" / "student" / "best").is_dir() and (tmp_path / "o" / "README.md").is_file()
 

@@ -1,4 +1,4 @@
-"""Queries from a corpus and nothing else (#23): the generators (deterministic per document),
+"""Queries from a corpus and nothing else: the generators (deterministic per document),
 doc2query with a tiny T5 built from a config, ``hf-dr generate-queries`` (resumable after
 ``kill -9``: the same queries.jsonl as one uninterrupted run), and ``hf-dr adapt`` on a folder
 holding only corpus.jsonl (the source document among the teacher's candidates; the card names
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from hf_dr.cli import main
-from hf_dr.generation import generate_to_folder, get_generator, read_generated
+from hf_dr.generation import generate_to_folder, get_generator
 from tests.conftest import REPO, SAMPLE
 
 

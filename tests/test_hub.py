@@ -108,7 +108,7 @@ def test_push_local_dir_loads_without_hf_dr(kind, tiny_bert_dir, tmp_path):
     # the folder: config, safetensors weights, tokenizer, card (+ code files for remote code)
     files = {p.name for p in out.iterdir()}
     assert {"config.json", "README.md", "tokenizer_config.json"} <= files
-    # SPLADE-CAI: two shards (mlm.*, idf) that its Sentence Transformers modules link (#22)
+    # SPLADE-CAI: two shards (mlm.*, idf) that its Sentence Transformers modules link
     assert ("model.safetensors.index.json" if kind == "splade_cai" else "model.safetensors") in files
     assert not any(f.endswith(".bin") for f in files)
     cfg = json.loads((out / "config.json").read_text())
@@ -133,7 +133,7 @@ def test_push_local_dir_loads_without_hf_dr(kind, tiny_bert_dir, tmp_path):
     assert "{{" not in readme and "## Citation" in readme
 
     # a Hub user without hf-dr: AutoModel + the card's own snippet
-    snippet = _card_snippet(readme).replace(f"your-username/model", str(out))
+    snippet = _card_snippet(readme).replace("your-username/model", str(out))
     (tmp_path / "snippet.py").write_text(snippet)
     if kind == "dense":
         check = f"""

@@ -184,7 +184,7 @@ def test_bad_files_are_skipped_with_their_reason(tmp_path):
 
 
 def test_text_that_is_not_utf8_is_decoded_with_a_stated_fallback():
-    assert decode_text("café".encode("utf-8")) == ("café", [])
+    assert decode_text("café".encode()) == ("café", [])
     assert decode_text("\ufeffBOM".encode("utf-8")) == ("BOM", [])
     text, notes = decode_text("naïve – “quoted”".encode("cp1252"))
     assert text == "naïve – “quoted”" and "decoded as cp1252" in notes[0]

@@ -1,4 +1,4 @@
-"""Nothing lost (issue #14): every command that writes a folder writes it whole or not at all,
+"""Nothing lost: every command that writes a folder writes it whole or not at all,
 refuses a non-empty one without --overwrite, never deletes an input with --overwrite; the label
 stage cache is keyed on content; published folders carry no local path; an unreachable Hub is a
 one-line error."""

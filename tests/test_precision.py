@@ -1,4 +1,4 @@
-"""Mixed precision (issue #21): ``--dtype auto|fp32|bf16|fp16`` for encoding and training.
+"""Mixed precision: ``--dtype auto|fp32|bf16|fp16`` for encoding and training.
 
 The GPU paths are run on CPU under ``torch.autocast("cpu", ...)``. CPU autocast keeps LayerNorm in
 the autocast dtype while CUDA autocast returns it in float32 (``layer_norm`` is on CUDA's fp32

@@ -126,7 +126,6 @@ def test_mismatches_are_refused(setup, tmp_path, capsys):
 
 
 def test_cli_index_then_evaluate_equals_in_process(setup, tiny_bert_dir, tmp_path, capsys):
-    s = setup
     args = ["--path", str(tmp_path / "q"), "--collection", "sample"]
     assert main(["encode", "--data", str(SAMPLE), "--model", str(tiny_bert_dir), "--output", str(tmp_path / "emb"),
                  "--no-progress"]) == 0

@@ -27,7 +27,7 @@ def test_headline_table_lists_each_named_row():
     for label, t, system in mod.HEADLINE:
         want = [r for r in rows if r["table"] == t and r["system"] == system]
         assert want, f"headline row {label!r}: no result ({t}, {system})"
-        line = next(l for l in table.splitlines() if l.startswith(f"| {label} |"))
+        line = next(row for row in table.splitlines() if row.startswith(f"| {label} |"))
         for r in want:
             assert f"{r['metrics'][mod.HEADLINE_METRIC]:.3f}" in line, (label, r["dataset"])
 

@@ -1,5 +1,5 @@
 """Reproducible and resumable training: same seed -> same weights, atomic checkpoints, resume
-from the last complete checkpoint, clean resume output (issue #14)."""
+from the last complete checkpoint, clean resume output."""
 
 from __future__ import annotations
 

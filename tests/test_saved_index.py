@@ -1,4 +1,4 @@
-"""Corpus scale (issue #24): BEIR corpora memory-mapped through ``datasets`` (an Arrow cache keyed by
+"""Corpus scale: BEIR corpora memory-mapped through ``datasets`` (an Arrow cache keyed by
 content), and indexes built once (faiss flat / HNSW / IVF-PQ, the inverted index, BM25), saved
 with their manifests, opened memory-mapped and searched exactly as the in-memory builds; a search
 with another model, corpus or tokenisation is refused (exit status 2); a second ``hf-dr evaluate
@@ -333,7 +333,7 @@ def test_the_space_opens_saved_indexes_instead_of_building(tiny_bert_dir, tmp_pa
     emb = encode_to_folder(load_encoder(str(tiny_bert_dir), kind="dense"), folder, tmp_path / "emb",
                            show_progress_bar=False)  # the Space's dense model, as it loads it
     save_dense_index(emb, tmp_path / "flat", show_progress_bar=False)
-    with pytest.raises(ValueError, match="saved indexes serve BM25 and Dense"):
+    with pytest.raises(ValueError, match="saved indexes serve BM25, Dense, SPLADE-CAI"):
         ServingConfig(indexes="small:BERM=x").index_map()
     cfg = ServingConfig(corpus=str(folder), prebuild=None, splade_model=None, dense_model=str(tiny_bert_dir),
                         indexes=f"small:BM25={tmp_path / 'bm25'}; small:Dense={tmp_path / 'flat'}")

@@ -1,5 +1,5 @@
 """The self-match rule (a retrieved document whose id is the query's own) is decided from the
-data, never from the folder's name, and every evaluation says what it did (issue #21)."""
+data, never from the folder's name, and every evaluation says what it did."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Sentence Transformers in (#22): a ``SentenceTransformer`` / ``SparseEncoder`` *object* is accepted
+"""Sentence Transformers in: a ``SentenceTransformer`` / ``SparseEncoder`` *object* is accepted
 wherever hf-dr takes an encoder — retrievers, ``evaluate_model``, embeddings folders, pseudo-labelling,
 and ``adapt`` as the student or the dense teacher — and encodes exactly as Sentence Transformers does."""
 

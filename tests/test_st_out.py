@@ -1,4 +1,4 @@
-"""Sentence Transformers out (#22): every model hf-dr writes that Sentence Transformers can express
+"""Sentence Transformers out: every model hf-dr writes that Sentence Transformers can express
 loads there — ``SentenceTransformer(folder)`` (dense, BERM) / ``SparseEncoder(folder)`` (SPLADE,
 SPLADE-CAI) — with no warning, and encodes queries and documents as hf-dr does (1e-5), with the
 same similarity; the folder still loads with hf-dr / ``AutoModel(trust_remote_code=True)``; the

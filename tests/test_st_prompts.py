@@ -1,5 +1,5 @@
 """Sentence Transformers in, Sentence Transformers out: prompts and similarity of a sentence-transformers
-folder (``config_sentence_transformers.json``) read as Sentence Transformers reads them (#22)."""
+folder (``config_sentence_transformers.json``) read as Sentence Transformers reads them."""
 
 from __future__ import annotations
 
@@ -230,7 +230,7 @@ def test_adapt_trains_and_saves_with_the_prompts(e5_dir, tmp_path, capsys, monke
     assert seen == {("q: ", "passage: ")}  # the flag replaces the folder's query prompt; its document prompt stays
     model = DenseEncoder.from_pretrained(out / "model")
     assert (model.query_prefix, model.doc_prefix) == ("q: ", "passage: ")
-    # #22: Sentence Transformers loads OUT/model with those prompts and encodes as hf-dr does
+    # Sentence Transformers loads OUT/model with those prompts and encodes as hf-dr does
     from .test_st_out import assert_st_matches
 
     st = assert_st_matches(out / "model", model)

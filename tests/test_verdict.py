@@ -1,4 +1,4 @@
-"""Issue #23, items 2 and 3: the verdict of ``hf-dr adapt`` (better on labelled queries / better on
+"""The verdict of ``hf-dr adapt`` (better on labelled queries / better on
 pseudo-labels only / kept the starting model), the user's judged dev queries (``qrels/dev.tsv``)
 choosing the checkpoint and kept out of training, the behavioural teacher-contains-student rule,
 and a cheap dev evaluation (small candidate sets, each document encoded once, a progress bar, a
@@ -15,8 +15,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from hf_dr.adaptation.verdict import (CONTAINED_TAU, KEPT, LABELLED, PSEUDO_ONLY, VERDICTS, decide, rank_agreement,
-                                      resolution)
+from hf_dr.adaptation.verdict import (CONTAINED_TAU, KEPT, LABELLED, PSEUDO_ONLY, VERDICTS, WORDS, decide,
+                                      rank_agreement, resolution, verdict_word)
 from hf_dr.cli import main
 from tests.conftest import SAMPLE
 from tests.test_adapt import FAST, _split_sample
@@ -46,28 +46,61 @@ def test_resolution_is_the_paired_t_confidence_half_width():
 def test_verdict_strings():
     assert VERDICTS == ("better on labelled queries", "better on pseudo-labels only", "kept the starting model")
     pseudo = {"start": 0.80, "selected": 0.85}
-    judged = {"queries": 20, "difference": 0.08, "resolution": 0.05, "p_value": 0.01, "start": 0.6, "selected": 0.68}
+    judged = {"queries": 20, "difference": 0.08, "resolution": 0.05, "p_value": 0.01, "start": 0.6, "selected": 0.68,
+              "select_count": 19}
     v, sentence = decide(False, judged, False, pseudo)
-    assert v == LABELLED and sentence.startswith(LABELLED) and "20 judged dev queries" in sentence
-    assert "±0.0500" in sentence and "+0.0800" in sentence
+    assert v == LABELLED and sentence.startswith(LABELLED) and "20 held-out judged dev queries" in sentence
+    assert "not the 19 that chose" in sentence and "±0.0500" in sentence and "+0.0800" in sentence
     # a gain below what 20 judged queries resolve is never "better on labelled queries"
     small = {**judged, "difference": 0.02, "selected": 0.62, "p_value": 0.4}
     v, sentence = decide(False, small, False, pseudo)
     assert v == PSEUDO_ONLY and "less than they can resolve" in sentence and "0.8500" in sentence
     assert decide(False, {**judged, "resolution": None}, False, pseudo)[0] == PSEUDO_ONLY  # too few judged queries
     assert decide(True, {**judged, "difference": 0.0, "selected": 0.6}, False, pseudo)[0] == KEPT
-    # no judged query: the pseudo-labels alone
-    v, sentence = decide(False, None, False, pseudo)
-    assert v == PSEUDO_ONLY and "no judged dev query" in sentence
-    v, sentence = decide(False, None, True, {"start": 0.88, "selected": 0.83})
-    assert v == PSEUDO_ONLY and "contains the starting model" in sentence
+    v, sentence = decide(True, {**judged, "difference": -0.08, "selected": 0.52}, False, pseudo)
+    assert v == KEPT and "fell below it on the 20 held-out" in sentence  # the held-out half shows it worse
+    # no judged query, a teacher that does not contain the start: its pseudo-labels, by more than they resolve
+    v, sentence = decide(False, None, False, {**pseudo, "difference": 0.05, "resolution": 0.01})
+    assert v == PSEUDO_ONLY and "no judged dev query" in sentence and "does not contain" in sentence
+    assert "±0.0100" in sentence
     assert decide(True, None, False, {"start": 0.8, "selected": 0.8})[0] == KEPT
+    # no evidence independent of the student: the start is output, the first words say the checkpoint is unverified
+    why = "the teacher contains the starting model"
+    v, sentence = decide(True, None, True, {"start": 0.88, "selected": 0.88}, unverified={"step": 4, "why": why})
+    assert v == KEPT and sentence.startswith(f"{KEPT}; the trained checkpoint (step 4, in unverified/) is unverified")
+    assert why in sentence
     # generated queries, a teacher containing the start, the best checkpoint fell beyond resolution
     fell = {"queries": 50, "difference": -0.05, "resolution": 0.02, "p_value": 1e-4, "start": 0.89,
             "selected": 0.84, "compared_step": 100}
-    v, sentence = decide(True, None, True, {"start": 0.89, "selected": 0.89}, fell)
+    v, sentence = decide(True, None, True, {"start": 0.89, "selected": 0.89}, fell, {"step": 100, "why": why})
     assert v == KEPT and "generated" in sentence and "step 100" in sentence and "-0.0500" in sentence
     assert "±0.0200" in sentence and "0.8400" in sentence and "qrels/dev.tsv" in sentence
+    assert "unverified" in sentence.split(":")[0]
+
+
+def test_verdict_words_follow_sentence_transformers():
+    """hf-dr's three sentences in Sentence Transformers' words against a baseline evaluated first."""
+    assert WORDS == ("WIN", "MARGINAL", "REGRESSION")
+    assert verdict_word(LABELLED) == "WIN"
+    assert verdict_word(PSEUDO_ONLY) == "MARGINAL"
+    assert verdict_word(KEPT) == "REGRESSION"  # the training did not beat the baseline
+    assert verdict_word(KEPT, unverified=True) == "MARGINAL"  # nothing independent compared them
+    with pytest.raises(ValueError, match="unknown verdict"):
+        verdict_word("better")
+
+
+# ----------------------------------------------------------------------------- the split
+def test_judged_split_is_disjoint_deterministic_and_uses_every_query():
+    from hf_dr.adaptation.judged import split_judged
+
+    qids = [f"q{i}" for i in range(101)]
+    select, verdict = split_judged(qids, seed=3)
+    assert not set(select) & set(verdict) and set(select) | set(verdict) == set(qids)  # all used, no cap
+    assert len(select) == 50 and len(verdict) == 51  # the odd one narrows the verdict's interval
+    assert split_judged(list(reversed(qids)), seed=3) == (select, verdict)  # order does not matter
+    assert split_judged(qids, seed=4) != (select, verdict)  # the seed draws it
+    assert split_judged(["a"], 0) == (["a"], []) and split_judged([], 0) == ([], [])
+    assert split_judged(["a", "b"], 0)[0] in (["a"], ["b"])
 
 
 def _fell_fixture(tmp_path, source: str, start: dict, best: dict):
@@ -352,19 +385,39 @@ def test_judged_dev_queries_choose_and_never_train(judged_data, tiny_bert_dir, t
     assert not set(load_from_disk(str(labels))["query_id"]) & dev_ids  # no triplet of a judged query
     assert not set(load_from_disk(str(labels / "dev"))["query_id"]) & dev_ids
     m = json.loads((out / "metrics.json").read_text())
-    assert m["selection_on"] == "judged" and m["verdict"] in VERDICTS
+    assert m["selection_on"] == "judged" and m["verdict"] in VERDICTS and m["verdict_word"] in WORDS
     j = m["judged_dev"]
-    assert j["queries"] == DEV_IDS and j["resolution"] is not None and j["method"].startswith("paired t")
+    # every judged query used, split in two disjoint halves: one chose, the other stated the verdict
+    select, verdict = set(j["select_queries"]), set(j["verdict_queries"])
+    assert not select & verdict and select | verdict == dev_ids and j["judged_queries"] == DEV_IDS
+    assert len(select) == len(verdict) == DEV_IDS // 2 and j["queries"] == len(verdict)
+    assert j["resolution"] is not None and j["method"].startswith("paired t") and "held-out" in j["accounts_for"]
+    assert "full-corpus retrieval" in j["scoring"]
     assert set(j["steps"]) == set(m["dev"]) == {"0", "2", "4"}
-    assert m["dev"]["0"] == pytest.approx(j["start"])  # selection's step 0 is the judged score
+    # the verdict half scored two models only (the start and the best checkpoint), never during selection
+    work = out.with_name(".out.work") / "cache"
+    assert len(list(work.glob("judged_verdict-*.json"))) == 2
+    assert len(list(work.glob("judged_select-*.json"))) == 3  # step 0 and the two checkpoints
+    # the judged dev scores are full-corpus retrieval: hf-dr's one evaluate path on the selection half
+    from hf_dr.data.beir import load_beir
+    from hf_dr.factory import evaluate_model
+    from hf_dr.models import load_encoder
+
+    start = load_encoder(tiny_bert_dir)
+    start.max_length = 32
+    dev = load_beir(data, split="dev")
+    res, _ = evaluate_model(start, dev, metrics=("ndcg@10",), show_progress_bar=False,
+                            queries={q: dev.split_queries()[q] for q in select})
+    assert m["dev"]["0"] == pytest.approx(res.aggregate["ndcg@10"], abs=1e-6)
     # the judgments are independent of the teacher: step 0 competes although the teacher contains it
     assert m["teacher_contains_student"] is True and m["starting_model_is_candidate"] is True
     if m["verdict"] == LABELLED:
         assert j["difference"] >= j["resolution"] > 0 or j["difference"] > 0 == j["resolution"]
     if m["kept_starting_model"]:
-        assert m["verdict"] == KEPT
+        assert m["verdict"] == KEPT and m["unverified"] is None
     card = (out / "README.md").read_text()
-    assert f"## Verdict: {m['verdict']}" in card and f"Selection used {DEV_IDS} queries judged" in card
+    assert f"## Verdict: {m['verdict']} ({m['verdict_word']})" in card
+    assert f"{len(select)}\nchose the checkpoint" in card or "chose the checkpoint" in card
     assert "judged dev nDCG@10 | pseudo-dev nDCG@10" in card
 
 
@@ -386,12 +439,18 @@ def test_without_judged_queries_the_verdict_rests_on_pseudo_labels(tiny_bert_dir
     monkeypatch.setattr(stages, "_label_doc_vectors", recording)
     assert main(["adapt", "--data", str(data), "--model", str(tiny_bert_dir), "--method", "dodress", "--output",
                  str(out), *FAST]) == 0
-    assert len(found) == 2 and all(f is not None for f in found)  # step 0 and the test split's "before"
+    assert found[0] is not None and found[1] is not None  # step 0 and the test split's "before"
     m = json.loads((out / "metrics.json").read_text())
     assert m["selection_on"] == "pseudo" and m["judged_dev"] is None
     assert m["containment"]["contained"] is True and m["containment"]["by"] == "identity"
-    assert m["verdict"] == (KEPT if m["kept_starting_model"] else PSEUDO_ONLY)
-    assert "No query was judged for selection" in (out / "README.md").read_text()
+    # nothing independent of the student compares: the start is the output, the checkpoint kept as unverified
+    assert m["verdict"] == KEPT and m["kept_starting_model"] is True and m["selected_step"] == 0
+    assert m["verdict_sentence"].startswith("kept the starting model; the trained checkpoint")
+    assert m["unverified"]["step"] in (2, 4) and m["verdict_word"] == "MARGINAL"
+    assert (out / "unverified" / "config.json").is_file() and (out / "model" / "config.json").is_file()
+    assert m["after"] == m["before"]
+    card = (out / "README.md").read_text()
+    assert "No query was judged for selection" in card and "`unverified/`" in card
 
 
 @pytest.mark.pipeline
@@ -428,3 +487,45 @@ def test_labels_that_trained_on_a_judged_dev_query_are_refused(tiny_bert_dir, tm
     # labelled again, the judged query is left out
     assert main([*label, "--output", str(tmp_path / "labels2")]) == 0
     assert trained[0] not in set(load_from_disk(str(tmp_path / "labels2"))["query_id"])
+
+
+# ----------------------------------------------------------------------------- the calibration benchmark
+def _benchmark():
+    import importlib.util
+    import sys
+
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    sys.path.insert(0, str(root))
+    spec = importlib.util.spec_from_file_location("hf_dr_verdict_benchmark", root / "verdict.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _metrics(verdict, before, after, kept, interval=None, best=None, unverified=False, judged=True):
+    return {"verdict": verdict, "verdict_word": None, "before": {"ndcg@10": before}, "after": {"ndcg@10": after},
+            "kept_starting_model": kept, "best_checkpoint": {"ndcg@10": best} if best is not None else None,
+            "verdict_interval": interval, "unverified": {"step": 1} if unverified else None,
+            "judged_dev": {} if judged else None}
+
+
+def test_the_benchmark_counts_claims_losses_and_coverage():
+    """benchmarks/verdict.py's counts: a claim holds when the output gains on test; a loss let
+    through is a "better" verdict whose output lost; coverage asks whether the compared model's
+    test difference lies inside the stated interval."""
+    bench = _benchmark()
+    iv = {"on": "held-out", "difference": 0.03, "half_width": 0.02}
+    runs = [bench.judge(_metrics(LABELLED, 0.5, 0.53, False, iv)),          # holds, inside
+            bench.judge(_metrics(LABELLED, 0.5, 0.49, False, iv)),          # a loss let through, outside
+            bench.judge(_metrics(PSEUDO_ONLY, 0.5, 0.51, False, {**iv, "difference": 0.005})),  # inside
+            bench.judge(_metrics(KEPT, 0.5, 0.5, True, {**iv, "difference": -0.04}, best=0.47)),  # compared: -0.03
+            bench.judge(_metrics(KEPT, 0.5, 0.5, True, None, best=0.45, unverified=True, judged=False))]
+    assert runs[3]["compared_test_difference"] == pytest.approx(-0.03) and runs[3]["covered"] is True
+    assert runs[4]["interval"] is None and runs[4]["covered"] is None
+    s = bench.summary(runs, judged=True)
+    assert s["runs"] == 4 and s["labelled claims"] == 2 and s["labelled held on test"] == 1
+    assert s["labelled losses let through"] == 1 and s["pseudo claims"] == 1 and s["pseudo held on test"] == 1
+    assert s["intervals"] == 4 and s["test difference inside"] == 3 and s["shipped below zero-shot"] == 1
+    s = bench.summary(runs, judged=False)
+    assert s["runs"] == 1 and s["kept start, unverified"] == 1 and s["unverified worse on test"] == 1
+    assert s["shipped below zero-shot"] == 0

@@ -57,7 +57,7 @@ class AdaptConfig:
     command: str | None = None
     show_progress_bar: bool = False
     dtype: str = "auto"  # auto | fp32 | bf16 | fp16: encoding and training precision (hf_dr.precision)
-    # the training queries (#23): auto = the folder's own, generated when it has no queries.jsonl; generate =
+    # the training queries: auto = the folder's own, generated when it has no queries.jsonl; generate =
     # generated from the corpus even when it has queries (never read then); fill = the folder's own plus
     # generated ones up to default_num_queries (measured: docs/adapt.md); hf_dr.generation
     queries: str = "auto"

@@ -28,7 +28,8 @@ class MLMArguments:
 
     mlm_probability: float = field(default=0.15, metadata={"help": "Fraction of tokens selected for prediction."})
     mask_replace_prob: float = field(default=0.8, metadata={"help": "Of the selected tokens, fraction replaced by [MASK]."})
-    random_replace_prob: float = field(default=0.1, metadata={"help": "Of the selected tokens, fraction replaced by a random token."})
+    random_replace_prob: float = field(default=0.1, metadata={
+        "help": "Of the selected tokens, fraction replaced by a random token."})
     max_length: int = field(default=256, metadata={"help": "Window length in tokens, special tokens included."})
 
 

@@ -7,10 +7,12 @@ the *training* queries, or a ``hf-dr label`` folder; a generated query's own doc
 among the teacher's candidates) -> train (the starting model scored on the dev set as "step 0"; the
 method's training, on a copy)
 -> select (nDCG@10 on the dev set, the untrained starting model included: no checkpoint beating it
-keeps the starting model. The user's judged dev queries, ``qrels/dev.tsv``, when there are some;
-else the pseudo-labelled held-out training queries, where step 0 is no candidate when the teacher
-contains the starting model, whose dev labels then favour it; then the verdict,
-:mod:`hf_dr.adaptation.verdict`)
+keeps the starting model. The user's judged dev queries, ``qrels/dev.tsv``, when there are some:
+split by the seed into a half that chooses and a held-out half that states the verdict, each
+scored by full-corpus retrieval (:mod:`hf_dr.adaptation.judged`); else the pseudo-labelled
+held-out training queries, where a trained checkpoint replaces the start only when the teacher
+does not contain it and its gain is resolved, else it is kept beside the start as unverified;
+then the verdict, :mod:`hf_dr.adaptation.verdict`)
 -> evaluate (only now is the test split read; before / after with a paired t-test, when it has
 qrels) -> write (a Hub-ready folder ``OUT/model`` + card ``OUT/README.md`` + ``OUT/metrics.json``,
 written whole through :func:`hf_dr.io.output_folder`).

@@ -221,7 +221,7 @@ def _check_before_defaults(cfg: AdaptConfig) -> None:
 def _check_flags(plan: AdaptPlan) -> None:
     """The flags: the precision, the split, the counts, the index."""
     try:  # a bad --dtype, or fp16 training without a GPU, before any work
-        plan.training_precision
+        _ = plan.training_precision  # resolved (and refused) when read
     except ValueError as e:
         raise AdaptError(str(e)) from None
     if plan.split == "test":

@@ -22,7 +22,7 @@ from .config import AdaptError
 from .methods import DevSet, Method, Prepared, TrainInputs, get_method, registered_methods
 from .plan import AdaptPlan
 from .student import own_max_length, save_model, set_max_length, with_prompts
-from .verdict import CONTAINED_TAU, JUDGED_DEV_MAX, JUDGED_POOL, decide, rank_agreement, resolution
+from .verdict import CONTAINED_TAU, UNVERIFIED, decide, rank_agreement, resolution
 
 logger = logging.getLogger(__name__)
 
@@ -191,18 +191,16 @@ def label(run: AdaptRun) -> Labels:
 
 
 def judged_dev(run: AdaptRun, labels: Labels) -> Labels:
-    """``labels`` with the user's judged dev queries (``qrels/dev.tsv``) added to its dev set: a
-    candidate pool per judged query (its BM25 top :data:`~.verdict.JUDGED_POOL` and every document
-    judged for it), graded by the judgments (unjudged candidates 0). Selection then uses them.
-    At most :data:`~.verdict.JUDGED_DEV_MAX` judged queries (a seeded sample), those with at least
-    one relevant document. These queries are never training queries
-    (:func:`hf_dr.data.beir.load_training_queries`); a dev query also judged in ``qrels/test.tsv``,
-    or a ``--labels`` folder that trained on one, is refused."""
+    """``labels`` with the user's judged dev queries (``qrels/dev.tsv``, those with at least one
+    relevant document: all of them) added to its dev set, split by the seed into a selection half
+    and a verdict half (:class:`~.judged.JudgedDev`, scored by full-corpus retrieval): the
+    selection half chooses the checkpoint, the verdict half states the verdict. These queries are
+    never training queries (:func:`hf_dr.data.beir.load_training_queries`); a dev query also judged
+    in ``qrels/test.tsv``, or a ``--labels`` folder that trained on one, is refused."""
     import dataclasses
 
-    import numpy as np
-
     from ..data import beir
+    from .judged import JudgedDev, judged_key, split_judged
 
     cfg, say = run.cfg, run.say
     if cfg.split == "dev" or not beir.has_split(cfg.data, "dev"):
@@ -222,35 +220,12 @@ def judged_dev(run: AdaptRun, labels: Labels) -> Labels:
     if not qids:
         say("select: qrels/dev.tsv judges no query with a relevant document: the pseudo-labelled dev set chooses")
         return labels
-    if len(qids) > JUDGED_DEV_MAX:
-        rng = np.random.default_rng([cfg.seed, 23])
-        qids = sorted(qids[i] for i in rng.choice(len(qids), JUDGED_DEV_MAX, replace=False))
-    doc_ids = run.data.doc_ids()
-    key = {"corpus": run.data.corpus_fingerprint(), "queries": digest([(q, texts[q]) for q in qids]),
-           "qrels": digest({q: qrels[q] for q in qids}), "pool": JUDGED_POOL}
-
-    def pool():
-        from ..evaluation import apply_self_match_rule
-        from ..retrieval import BM25Index, BM25Retriever
-
-        if cfg.bm25_index:
-            from ..retrieval.saved import SavedIndex
-
-            index = SavedIndex(cfg.bm25_index).bm25_index(run.data)
-        else:
-            index = BM25Index(doc_ids, run.data.doc_texts())
-        ranked, _ = apply_self_match_rule(BM25Retriever.from_index(index).search({q: texts[q] for q in qids},
-                                                                                JUDGED_POOL))
-        return {q: list(dict.fromkeys([*ranked.get(q, {}), *(d for d in qrels[q] if d != q)])) for q in qids}
-
-    pools = run.cache.json("judged_dev_pool", key, pool)
-    index_of = {d: i for i, d in enumerate(doc_ids)}
-    doc_texts = run.data.doc_texts()
-    rows = [{"query_id": q, "query": texts[q], "doc_id": d, "doc": doc_texts[index_of[d]],
-             "label": qrels[q].get(d, 0)} for q in qids for d in pools[q] if d in index_of]
-    say(f"select: {len(qids)} judged dev queries (qrels/dev.tsv; {len(rows)} candidates: BM25 top {JUDGED_POOL} + "
-        "the judged documents) choose the checkpoint")
-    dev_set = dataclasses.replace(labels.dev, judged=rows, key=digest([labels.dev.key, key]))
+    select, verdict = split_judged(qids, cfg.seed)
+    key = judged_key(run.data, qids, qrels, texts, cfg.seed)
+    judged = JudgedDev(dev, select, verdict, cfg.seed, run.max_length, run.cache, key, cfg.show_progress_bar)
+    say(f"select: {len(qids)} judged dev queries (qrels/dev.tsv), split by the seed: {len(select)} choose the "
+        f"checkpoint, {len(verdict)} held out state the verdict; each scored by full-corpus retrieval")
+    dev_set = dataclasses.replace(labels.dev, judged=judged, key=digest([labels.dev.key, key]))
     return dataclasses.replace(labels, dev=dev_set)
 
 
@@ -325,7 +300,8 @@ def train(run: AdaptRun, labels: Labels) -> Trained:
     cfg, method, student, say = run.cfg, run.method, run.student, run.say
     start_fp = model_fingerprint(student)
     label_vectors = _label_doc_vectors(run, start_fp)  # a dense student labelled with itself: encoded already
-    start_scores = labels.dev.scores("dev_step0", student, start_fp, doc_vectors=_as_vectors(label_vectors))
+    start_scores = labels.dev.scores("dev_step0", student, start_fp, doc_vectors=_as_vectors(label_vectors),
+                                     corpus=label_vectors)
     dev0 = float(start_scores["ndcg@10"])
     say(f"dev: starting model nDCG@10 = {dev0:.4f} (step 0{', judged dev queries' if labels.dev.judged else ''})")
     containment = _containment(run, labels, student, start_fp, start_scores)
@@ -438,20 +414,26 @@ class Selection:
     start_is_candidate: bool = True  # False: step 0 shown but no candidate (contained, no judged dev query)
     verdict: str = ""  # one of hf_dr.adaptation.verdict.VERDICTS
     verdict_sentence: str = ""  # the verdict with its numbers
-    judged: dict | None = None  # the judged dev queries' comparison (verdict.resolution + start / selected)
+    judged: dict | None = None  # the held-out judged queries' comparison (verdict.resolution + start / selected)
     pseudo: dict = field(default_factory=dict)  # pseudo-dev nDCG@10 per step, of the start and the selected model
     fell: dict | None = None  # generated queries, contained teacher: the best checkpoint's significant fall (verdict.decide)
+    unverified: dict | None = None  # {"step", "why", "folder"}: a trained checkpoint kept beside the start, unverified
+    word: str = ""  # Sentence Transformers' WIN / MARGINAL / REGRESSION (verdict.verdict_word)
+    best_step: int = 0  # the best trained checkpoint (the output, or what the start was kept over)
+    best_dir: Path | None = None  # its saved model
 
 
 def select(run: AdaptRun, labels: Labels, trained: Trained) -> Selection:
-    """The best checkpoint by dev nDCG@10, the untrained starting model included as "step 0" (no
-    checkpoint beating it keeps it). With judged dev queries (``qrels/dev.tsv``) the nDCG@10 is
-    theirs, and step 0 always competes. Without them it is the pseudo-labels', and step 0 is no
-    candidate when the teacher contains the starting model (:func:`_containment`), whose pseudo
-    dev labels then favour it. Then the verdict (:func:`hf_dr.adaptation.verdict.decide`).
-    Finishes the training folder: the last checkpoint's model (when not selected), ``DONE.json``;
-    the checkpoints go."""
-    say, record, run_dir, dev0 = run.say, trained.record, trained.run_dir, trained.start_dev
+    """The best checkpoint by dev nDCG@10, the untrained starting model included as "step 0", and
+    whether it replaces the start. With judged dev queries (``qrels/dev.tsv``) their selection half
+    chooses (step 0 always competes), and the held-out verdict half states the verdict
+    (:func:`_judged_verdict`; a chosen checkpoint it shows worse by more than it resolves is not
+    output). Without them, a trained checkpoint replaces the start only when evidence that does not
+    contain the student says it is better: the pseudo-labels of a teacher that does not contain it
+    (:func:`_containment`), by more than their queries resolve (:func:`_pseudo_gain`); otherwise the
+    start is output and the best checkpoint is kept beside it as unverified. Then the verdict
+    (:func:`hf_dr.adaptation.verdict.decide`). Finishes the training folder (:func:`_finish_training`)."""
+    say, record, dev0 = run.say, trained.record, trained.start_dev
     judged = bool(labels.dev.judged)
     dev_scores = {"0": dev0, **{str(k): v for k, v in record["dev"].items()}}
     best_step, best = max(((int(s), v) for s, v in record["dev"].items()), key=lambda x: (x[1], -x[0]),
@@ -461,58 +443,146 @@ def select(run: AdaptRun, labels: Labels, trained: Trained) -> Selection:
     if contained and record["dev"]:
         say(f"select: the teacher contains the starting model ({trained.containment.get('why')}), so its pseudo dev "
             "labels favour it: " + ("the judged dev queries choose, step 0 included" if judged else
-                                    "step 0 is shown but is no candidate"))
+                                    "they cannot compare a trained checkpoint with it"))
+    won = bool(record["dev"]) and (best > dev0 or not start_is_candidate)
+    best_dir = trained.run_dir / "selected"  # the best trained checkpoint's model (the Trainer's choice)
     fell = _fell(run, labels, trained, best_step) if contained and not judged and record["dev"] else None
-    kept_start = not record["dev"] or (start_is_candidate and not best > dev0) or fell is not None
-    if kept_start:
-        step, dev = 0, dev0
+    comparison = _judged_verdict(run, labels, trained, best_dir, best_step if record["dev"] else 0) if judged else None
+    pseudo_gain = _pseudo_gain(run, labels, trained, best_step) if not judged and not contained and won else None
+    unverified = None
+    if judged:
+        res = comparison["resolution"]
+        worse = won and res is not None and comparison["difference"] < -res
+        if worse:
+            say(f"select: step {best_step} won on the {len(labels.dev.judged.select)} judged queries that choose, but "
+                f"falls below the starting model on the {comparison['queries']} held-out ones by "
+                f"{-comparison['difference']:.4f} (more than ±{res:.4f}): keeping the starting model")
+        kept_start = not won or worse
+    else:
+        resolved = pseudo_gain is not None and pseudo_gain["resolution"] is not None and \
+            pseudo_gain["difference"] > 0 and pseudo_gain["difference"] >= pseudo_gain["resolution"]
+        kept_start = not (won and resolved)
         if fell is not None:
             say(f"select: the queries were generated and the best checkpoint (step {best_step}) falls below the "
                 f"starting model on the pseudo-dev set by {-fell['difference']:.4f}, more than its {fell['queries']} "
                 f"queries resolve (±{fell['resolution']:.4f}): keeping the starting model")
-        else:
-            say(f"select: no checkpoint beats the starting model on the dev set (best {best:.4f} at step {best_step} "
-                f"<= {dev0:.4f}): keeping the starting model")
-        folder = run.work / f"start-{trained.start_fp[:16]}"
-        if not (folder / "config.json").is_file():
-            save_model(run.student, folder)
-    else:
-        step, dev = best_step, best
-        folder = run_dir / "selected"
+        if kept_start and record["dev"] and (best_dir / "config.json").is_file():
+            unverified = {"step": best_step, "why": _unverified_why(contained, won, pseudo_gain)}
+            say(f"select: keeping the starting model; step {best_step} is kept beside it as unverified: "
+                f"{unverified['why']}")
+    if kept_start and not unverified and won is False and record["dev"]:
+        say(f"select: no checkpoint beats the starting model on the dev set (best {best:.4f} at step {best_step} "
+            f"<= {dev0:.4f}): keeping the starting model")
+    step, dev, folder = (0, dev0, _start_folder(run, trained)) if kept_start else (best_step, best, best_dir)
+    if not kept_start:
         say(f"select: step {best_step} (dev nDCG@10 {best:.4f}; {dev0:.4f} at step 0)")
+    last_step, last_dir = _finish_training(run, trained, step)
+    pseudo = _pseudo_report(trained, labels, kept_start, step, judged, pseudo_gain)
+    if comparison is not None and not kept_start and comparison.get("selected_pseudo") is not None:
+        pseudo["selected"] = comparison["selected_pseudo"]
+    if unverified is not None:
+        unverified["folder"] = str(best_dir)
+    verdict, sentence = decide(kept_start, comparison, contained and not judged, pseudo, fell, unverified)
+    from .verdict import verdict_word
+
+    word = verdict_word(verdict, unverified is not None)
+    say(f"verdict: {sentence}")
+    say(f"verdict: {word} (Sentence Transformers' word against the starting model, evaluated first)")
+    return Selection(step, dev, folder, kept_start, contained, dev_scores, last_step, last_dir, start_is_candidate,
+                     verdict, sentence, comparison, pseudo, fell, unverified, word, best_step if record["dev"] else 0,
+                     best_dir if record["dev"] and (best_dir / "config.json").is_file() else None)
+
+
+def _unverified_why(contained: bool, won: bool, gain: dict | None) -> str:
+    """Why no evidence independent of the student says the best trained checkpoint is better."""
+    if contained:
+        return ("the teacher contains the starting model, so its pseudo-labels cannot compare a trained checkpoint "
+                "with it, and no query is judged")
+    if not won:
+        return "it did not beat the starting model on the pseudo-labels, and no query is judged"
+    return (f"its pseudo-dev gain ({gain['difference']:+.4f}) is less than the {gain['queries']} pseudo-dev queries "
+            f"resolve (±{'n/a' if gain['resolution'] is None else format(gain['resolution'], '.4f')}), and no query "
+            "is judged")
+
+
+def _start_folder(run: AdaptRun, trained: Trained) -> Path:
+    """The starting model saved whole (the output when it is kept)."""
+    folder = run.work / f"start-{trained.start_fp[:16]}"
+    if not (folder / "config.json").is_file():
+        save_model(run.student, folder)
+    return folder
+
+
+def _finish_training(run: AdaptRun, trained: Trained, step: int) -> tuple[int, Path]:
+    """``(last_step, last_dir)``: the last checkpoint's model saved when it is not the output
+    (for the test split's report of what selection avoided), ``DONE.json`` written, the
+    checkpoints removed (the selected weights are saved)."""
+    record, run_dir = trained.record, trained.run_dir
     last_step = max((int(x) for x in record["dev"]), default=0)
     last_dir = run_dir / "last"
     if not trained.cached:
         from ..io import atomic_write_json
 
-        if last_step and last_step != step:  # kept for the test-split report of what selection avoided
+        if last_step and last_step != step:
             run.method.save_checkpoint(run.cfg, trained.init, run_dir / f"checkpoint-{last_step}", last_dir)
         atomic_write_json(run_dir / "DONE.json", record, indent=1)
-        for c in run_dir.glob("checkpoint-*"):  # the selected weights are saved: checkpoints are not needed
+        for c in run_dir.glob("checkpoint-*"):
             shutil.rmtree(c, ignore_errors=True)
-    # the verdict: the output against the starting model
+    return last_step, last_dir
+
+
+def _pseudo_report(trained: Trained, labels: Labels, kept_start: bool, step: int, judged: bool,
+                   gain: dict | None) -> dict:
+    """The pseudo-dev nDCG@10 of the start, of the output and of every step (and, when it decided,
+    the best checkpoint's paired comparison with the start there)."""
+    record, dev0 = trained.record, trained.start_dev
     # int steps: a cached record comes back from DONE.json with str keys
     pseudo_steps = {int(k): v for k, v in (record.get("dev_pseudo") or ({} if judged else record["dev"])).items()}
     start_pseudo = trained.start_scores.get("pseudo_ndcg@10", dev0 if not judged else None)
-    pseudo = {"start": start_pseudo, "selected": start_pseudo if kept_start else pseudo_steps.get(step),
-              "steps": {"0": start_pseudo, **{str(k): v for k, v in pseudo_steps.items()}}}
-    comparison = None
-    if judged:
-        start_pq = trained.start_scores["judged_per_query"]
-        best_dir = run_dir / "selected"  # the best checkpoint: the output, or what the starting model beat
-        if (best_dir / "config.json").is_file() and record["dev"]:
-            chosen = labels.dev.scores("dev_selected", _load_output(run, best_dir))
-        else:
-            chosen = trained.start_scores
-        comparison = {**resolution(chosen["judged_per_query"], start_pq),
-                      "start": trained.start_scores["judged_ndcg@10"], "selected": chosen["judged_ndcg@10"],
-                      "compared_step": best_step if record["dev"] else 0}
-        if not kept_start and chosen.get("pseudo_ndcg@10") is not None:
-            pseudo["selected"] = chosen["pseudo_ndcg@10"]
-    verdict, sentence = decide(kept_start, comparison, contained and not judged, pseudo, fell)
-    say(f"verdict: {sentence}")
-    return Selection(step, dev, folder, kept_start, contained, dev_scores, last_step, last_dir, start_is_candidate,
-                     verdict, sentence, comparison, pseudo, fell)
+    out = {"start": start_pseudo, "selected": start_pseudo if kept_start else pseudo_steps.get(step),
+           "steps": {"0": start_pseudo, **{str(k): v for k, v in pseudo_steps.items()}}}
+    if gain is not None:
+        out.update({k: gain[k] for k in ("difference", "resolution", "p_value", "queries", "compared_step")})
+    return out
+
+
+def _pseudo_gain(run: AdaptRun, labels: Labels, trained: Trained, best_step: int) -> dict | None:
+    """No judged query, a teacher that does not contain the start: the best trained checkpoint's
+    paired comparison with the start on the pseudo-dev queries (:func:`~.verdict.resolution`; the
+    same queries chose it, so the gain leans its way), or None when it has no saved model."""
+    best_dir = trained.run_dir / "selected"
+    start_pq = trained.start_scores.get("pseudo_per_query")
+    if not start_pq or not (best_dir / "config.json").is_file():
+        return None
+    chosen = labels.dev.scores("dev_selected", _load_output(run, best_dir))
+    return {**resolution(chosen["pseudo_per_query"], start_pq), "compared_step": best_step,
+            "accounts_for": "the sampling of the pseudo-dev queries; not the choice among checkpoints made on "
+                            "the same queries, nor the teacher's errors"}
+
+
+def _judged_verdict(run: AdaptRun, labels: Labels, trained: Trained, best_dir: Path, best_step: int) -> dict:
+    """The best trained checkpoint (the output, or what the start beat) against the starting model on
+    the held-out verdict half of the judged dev queries, by full-corpus retrieval: their
+    :func:`~.verdict.resolution`, ``start`` / ``selected`` nDCG@10, the ids of both halves and what the
+    interval accounts for. The verdict half scores these two models only."""
+    from .judged import VERDICT
+
+    jd = labels.dev.judged
+    start = jd.scores(VERDICT, run.student, trained.start_fp, _label_doc_vectors(run, trained.start_fp, jd.data))
+    chosen, pseudo = start, None
+    if (best_dir / "config.json").is_file() and trained.record["dev"]:
+        model = _load_output(run, best_dir)
+        scores = labels.dev.scores("dev_selected", model)
+        chosen = jd.scores(VERDICT, model)
+        pseudo = scores.get("pseudo_ndcg@10")
+    candidates = 1 + len(trained.record["dev"])
+    return {**jd.describe(), **resolution(chosen["per_query"], start["per_query"]), "start": start["ndcg@10"],
+            "selected": chosen["ndcg@10"], "compared_step": best_step if trained.record["dev"] else 0,
+            "select_count": len(jd.select), "selected_pseudo": pseudo,
+            "accounts_for": (f"the sampling of the {len(jd.verdict)} held-out judged queries (paired t, 95%): the "
+                             f"checkpoint was chosen among {candidates} candidates on the {len(jd.select)} other "
+                             "judged queries, so the choice does not bias it; not the training seed, nor queries "
+                             "unlike the judged ones")}
 
 
 def _fell(run: AdaptRun, labels: Labels, trained: Trained, best_step: int) -> dict | None:
@@ -550,7 +620,9 @@ def _load_output(run: AdaptRun, folder: Path):
 @dataclass
 class Evaluation:
     """Before / after on the test split (None without its qrels), each ``{"aggregate", "per_query",
-    "n_queries"}``; the paired t-test on nDCG@10; the last checkpoint's scores when not selected."""
+    "n_queries"}``; the paired t-test on nDCG@10; the last checkpoint's scores when not selected, and
+    the best trained checkpoint's when the starting model is the output (``best``: what the verdict
+    compared the start with)."""
 
     labelled: bool
     before: dict | None = None
@@ -558,6 +630,7 @@ class Evaluation:
     last: dict | None = None
     t_statistic: float | None = None
     p_value: float | None = None
+    best: dict | None = None
 
 
 def evaluate(run: AdaptRun, chosen: Selection) -> Evaluation:
@@ -575,22 +648,41 @@ def evaluate(run: AdaptRun, chosen: Selection) -> Evaluation:
     def loaded(folder):
         return _load_output(run, folder)
 
-    # the starting model's corpus encoding of the label stage (a dense student labelled with itself)
-    from ..fingerprints import model_fingerprint
-
-    before = _evaluate_cached(run.cache, run.student, test,
-                              _label_doc_vectors(run, model_fingerprint(run.student), test))
-    after = before if chosen.kept_start else _evaluate_cached(run.cache, loaded(chosen.folder), test)
+    before = _evaluate_cached(run.cache, run.student, test, _encoded(run, run.student, test))
+    if chosen.kept_start:
+        after = before
+    else:
+        model = loaded(chosen.folder)
+        after = _evaluate_cached(run.cache, model, test, _encoded(run, model, test))
     t_stat, p_value = _ttest(after, before)
     say(f"evaluate: test nDCG@10 {before['aggregate']['ndcg@10']:.4f} -> {after['aggregate']['ndcg@10']:.4f} "
         f"(p = {p_value:.3g}, {after['n_queries']} queries)")
     last = None
     if chosen.last_step != chosen.step and (chosen.last_dir / "config.json").is_file():
-        res = _evaluate_cached(run.cache, loaded(chosen.last_dir), test)["aggregate"]
+        model = loaded(chosen.last_dir)
+        res = _evaluate_cached(run.cache, model, test, _encoded(run, model, test))["aggregate"]
         last = {"step": chosen.last_step, **res}
         say(f"evaluate: the last checkpoint (step {chosen.last_step}, not selected) would score test nDCG@10 "
             f"{res['ndcg@10']:.4f}")
-    return Evaluation(True, before, after, last, t_stat, p_value)
+    best = None
+    if chosen.kept_start and chosen.best_dir is not None:  # after the choice: what the start was kept over
+        model = loaded(chosen.best_dir)
+        res = _evaluate_cached(run.cache, model, test, _encoded(run, model, test))["aggregate"]
+        best = {"step": chosen.best_step, **res}
+        say(f"evaluate: the best trained checkpoint (step {chosen.best_step}, not output) would score test nDCG@10 "
+            f"{res['ndcg@10']:.4f}")
+    return Evaluation(True, before, after, last, t_stat, p_value, best)
+
+
+def _encoded(run: AdaptRun, model, data):
+    """``(doc_ids, matrix)``: ``data``'s corpus as ``model`` has encoded it already in this work folder
+    (the label stage's encoding of the fusion teacher's dense half, or a judged dev evaluation's,
+    :func:`~.judged.corpus_vectors`), else None (then encoded by the test evaluation)."""
+    from ..fingerprints import model_fingerprint
+    from .judged import cached_corpus_vectors
+
+    fp = model_fingerprint(model)
+    return _label_doc_vectors(run, fp, data) or cached_corpus_vectors(run.cache, data, model, fp, run.max_length)
 
 
 def _evaluate_cached(cache: StageCache, model, test, doc_vectors=None) -> dict:
@@ -632,7 +724,8 @@ def write(run: AdaptRun, labels: Labels, trained: Trained, chosen: Selection, ev
     and ``OUT/metrics.json``, written whole; returns the metrics."""
     metrics = _metrics(run, labels, trained, chosen, evaluation)
     out = Path(run.cfg.output).expanduser()
-    _write_output(run, out, chosen.folder, metrics, evaluation.after)
+    _write_output(run, out, chosen.folder, metrics, evaluation.after,
+                  Path(chosen.unverified["folder"]) if chosen.unverified else None)
     run.say(f"wrote {out} (model/, README.md, metrics.json)")
     return metrics
 
@@ -656,6 +749,11 @@ def _metrics(run: AdaptRun, labels: Labels, trained: Trained, chosen: Selection,
         "kept_starting_model": chosen.kept_start, "below_zero_shot": below,
         # the verdict (hf_dr.adaptation.verdict): one of its three phrases, and the numbers behind it
         "verdict": chosen.verdict, "verdict_sentence": chosen.verdict_sentence,
+        "verdict_word": chosen.word,  # Sentence Transformers' WIN / MARGINAL / REGRESSION (verdict.verdict_word)
+        "verdict_interval": _verdict_interval(chosen),
+        # a trained checkpoint kept beside the starting model (OUT/unverified), for want of independent evidence
+        "unverified": ({"step": chosen.unverified["step"], "why": chosen.unverified["why"], "folder": "unverified"}
+                       if chosen.unverified else None),
         "selection_on": labels.dev.source,  # "judged" (qrels/dev.tsv) or "pseudo"
         "judged_dev": _judged_report(labels, chosen, record),
         "pseudo_dev_fall": chosen.fell,  # generated queries, contained teacher: why the start was kept (or None)
@@ -665,6 +763,8 @@ def _metrics(run: AdaptRun, labels: Labels, trained: Trained, chosen: Selection,
         "starting_model_is_candidate": chosen.start_is_candidate,
         # the test score of the last checkpoint when selection chose another: how selection fared
         "last_checkpoint": ev.last,
+        # the test score of the best trained checkpoint when the starting model is the output (unverified, or lost)
+        "best_checkpoint": ev.best,
         # the methods' own entries (Method.budget_fields): this run's method's values, None for the others
         "budget": {"steps": cfg.max_steps, "eval_steps": cfg.eval_steps, "batch_size": cfg.batch_size,
                    "learning_rate": cfg.learning_rate, "max_length": run.max_length,
@@ -682,14 +782,30 @@ def _metrics(run: AdaptRun, labels: Labels, trained: Trained, chosen: Selection,
     }
 
 
+def _verdict_interval(chosen: Selection) -> dict | None:
+    """The interval the verdict states: the compared model's mean paired nDCG@10 difference from the
+    start, its 95% half-width, on which queries, and what it accounts for (None when none was stated)."""
+    for on, c in (("held-out judged dev queries", chosen.judged), ("pseudo-dev queries", chosen.pseudo),
+                  ("pseudo-dev queries", chosen.fell)):
+        if c and c.get("difference") is not None:
+            return {"on": on, "queries": c.get("queries"), "difference": c["difference"], "half_width": c.get("resolution"),
+                    "compared_step": c.get("compared_step"),
+                    "accounts_for": c.get("accounts_for") or "the sampling of the pseudo-dev queries; not the choice "
+                                                             "among checkpoints made on the same queries, nor the "
+                                                             "teacher's errors"}
+    return None
+
+
 def _judged_report(labels: Labels, chosen: Selection, record: dict) -> dict | None:
     """metrics.json's ``judged_dev``: how many judged dev queries, the smallest difference they
     resolve (and how it is computed), the output against the starting model on them."""
     if chosen.judged is None:
         return None
-    return {**chosen.judged, "candidates": len(labels.dev.judged),
-            "pool": f"BM25 top {JUDGED_POOL} + the judged documents of each query",
-            "steps": {"0": chosen.judged["start"], **{str(k): v for k, v in (record.get("dev_judged") or {}).items()}}}
+    jd = labels.dev.judged
+    return {**{k: v for k, v in chosen.judged.items() if k not in ("selected_pseudo", "select_count")},
+            "judged_queries": jd.queries,
+            # selection's nDCG@10 of every step: the selection half's
+            "steps": {"0": chosen.dev_scores["0"], **{str(k): v for k, v in (record.get("dev_judged") or {}).items()}}}
 
 
 def results_table(m: dict) -> str:
@@ -704,7 +820,7 @@ def results_table(m: dict) -> str:
     return "\n".join(lines)
 
 
-def _write_output(run: AdaptRun, out: Path, selected_dir: Path, metrics: dict, after) -> None:
+def _write_output(run: AdaptRun, out: Path, selected_dir: Path, metrics: dict, after, unverified_dir: Path | None = None) -> None:
     from ..hub import prepare_model_folder
     from ..hub.cards import write_card
     from ..io import atomic_write_json, output_folder
@@ -718,6 +834,8 @@ def _write_output(run: AdaptRun, out: Path, selected_dir: Path, metrics: dict, a
         eval_files.append(p)
     with output_folder(out, overwrite=cfg.overwrite, inputs=list(cfg.inputs)) as tmp:
         prepare_model_folder(selected_dir, tmp / "model", metrics=eval_files, base_model=hub_id(cfg.model))
+        if metrics.get("unverified"):  # the trained checkpoint not shipped for want of independent evidence
+            prepare_model_folder(unverified_dir, tmp / UNVERIFIED, base_model=hub_id(cfg.model))
         atomic_write_json(tmp / "metrics.json", metrics, indent=1)
         source = Path(str(cfg.data).rstrip("/")).name
         card_data = dict(language="en", license="apache-2.0", library_name="transformers",

@@ -1,18 +1,24 @@
-"""What ``hf-dr adapt`` says about its output (issue #23): one of :data:`VERDICTS`, with the numbers.
+"""What ``hf-dr adapt`` says about its output: one of :data:`VERDICTS`, with the numbers, and the
+word Sentence Transformers' training examples print against a baseline evaluated first
+(:data:`WORDS`, :func:`verdict_word`).
 
-* **better on labelled queries**: the user judged a few queries (``qrels/dev.tsv``), selection used
-  those judgments, and the output beats the starting model on them by at least what they can
-  resolve: the half-width of the 95% confidence interval of the mean paired per-query difference
-  in nDCG@10 (paired t), :func:`resolution`. Equivalently, a two-sided paired t-test at 0.05.
-* **better on pseudo-labels only**: a trained checkpoint was output on the evidence of the
-  pseudo-labels alone: there is no judged dev query, or the judged ones lean its way by less than
-  they can resolve. When the teacher contains the student (:func:`rank_agreement`), the starting
-  model could not be compared on the pseudo-labels either: only trained checkpoints competed.
-* **kept the starting model**: no checkpoint beat it on the yardstick selection used; or the training
-  queries were generated, the teacher contains the student, and the best trained checkpoint fell below
-  the start on the pseudo-dev queries by more than they resolve (``fell``: such labels can show a
-  checkpoint worse, never better — every measured corpus-only run whose pseudo-dev score fell so lost
-  on the test split, docs/adapt.md).
+* **better on labelled queries** (``WIN``): the user judged some queries (``qrels/dev.tsv``); the
+  seed split them in two (:func:`hf_dr.adaptation.judged.split_judged`); one half chose the
+  checkpoint and the other, held out, shows the output beating the starting model by at least the
+  half-width of the 95% confidence interval of the mean paired per-query difference in nDCG@10
+  (paired t, :func:`resolution`), both scored by full-corpus retrieval. The interval accounts for
+  the sampling of the held-out queries; the choice was made on other queries, so it does not bias
+  it.
+* **better on pseudo-labels only** (``MARGINAL``): a trained checkpoint is output without a
+  labelled gain that its queries resolve: the held-out judged queries lean its way by less than
+  they resolve, or, with no judged query, the pseudo-dev set of a teacher that does not contain the
+  student shows it better by more than its queries resolve.
+* **kept the starting model** (``REGRESSION``; ``MARGINAL`` when a trained checkpoint is kept beside
+  it as *unverified*): no checkpoint beat the start on the evidence that chose; or the held-out
+  judged queries show the chosen one worse by more than they resolve; or no evidence independent of
+  the student could compare them (no judged query, a teacher that contains the student, or a
+  pseudo-dev gain smaller than it resolves): the start is the output and the best trained
+  checkpoint is kept beside it as ``unverified/``, which the first words of the sentence say.
 
 The teacher-contains-student rule is behavioural: a fusion teacher's dense half ranks the dev
 candidates as the student does when the student *is* it, wraps it (a ``BERMEncoder`` around it),
@@ -29,8 +35,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["VERDICTS", "LABELLED", "PSEUDO_ONLY", "KEPT", "CONTAINED_TAU", "JUDGED_DEV_MAX", "JUDGED_POOL",
-           "resolution", "rank_agreement", "decide"]
+__all__ = ["VERDICTS", "LABELLED", "PSEUDO_ONLY", "KEPT", "UNVERIFIED", "WORDS", "CONTAINED_TAU", "resolution",
+           "rank_agreement", "decide", "verdict_word"]
 
 LABELLED, PSEUDO_ONLY, KEPT = VERDICTS = ("better on labelled queries", "better on pseudo-labels only",
                                           "kept the starting model")
@@ -41,10 +47,22 @@ LABELLED, PSEUDO_ONLY, KEPT = VERDICTS = ("better on labelled queries", "better 
 #: (unrelated retrievers agree on the obvious candidates). 0.8 lies far from both: a student that
 #: close ranks the candidates as the labels' dense half does, whose grades then favour it.
 CONTAINED_TAU = 0.8
-#: judged dev queries used at most (a seeded sample of qrels/dev.tsv), each a candidate pool
-JUDGED_DEV_MAX = 50
-#: BM25 candidates per judged dev query; the judged documents are added to them
-JUDGED_POOL = 30
+#: Sentence Transformers' words for a fine-tuned model against its baseline (evaluated first)
+WIN, MARGINAL, REGRESSION = WORDS = ("WIN", "MARGINAL", "REGRESSION")
+#: the folder of the output beside ``model/`` that holds a trained checkpoint not shipped for want of evidence
+UNVERIFIED = "unverified"
+
+
+def verdict_word(verdict: str, unverified: bool = False) -> str:
+    """The Sentence Transformers word of ``verdict``: better on labelled queries -> ``WIN``, better on
+    pseudo-labels only -> ``MARGINAL``, kept the starting model -> ``REGRESSION`` (the training did not
+    beat the baseline), or ``MARGINAL`` when a trained checkpoint is kept beside it as unverified
+    (nothing independent of the student compared them)."""
+    if verdict not in VERDICTS:
+        raise ValueError(f"unknown verdict {verdict!r}: one of {VERDICTS}")
+    if verdict == KEPT:
+        return MARGINAL if unverified else REGRESSION
+    return WIN if verdict == LABELLED else MARGINAL
 
 
 def resolution(after: Mapping[str, float], before: Mapping[str, float]) -> dict:
@@ -70,6 +88,11 @@ def resolution(after: Mapping[str, float], before: Mapping[str, float]) -> dict:
             "method": "paired t, 95% confidence interval of the mean per-query difference"}
 
 
+def _top(scores: dict, docs: list, n: int) -> set:
+    """The ``n`` best of ``docs`` by ``scores`` (ties by id)."""
+    return set(sorted(docs, key=lambda d: (-scores[d], d))[:n])
+
+
 def rank_agreement(a: Mapping[str, Mapping[str, float]], b: Mapping[str, Mapping[str, float]], k: int = 10) -> dict:
     """How closely two rankings of the same candidates agree, over the queries both scored: mean
     Kendall tau-b of the scores, and mean overlap of the top ``k`` (a fraction). A query whose
@@ -85,52 +108,77 @@ def rank_agreement(a: Mapping[str, Mapping[str, float]], b: Mapping[str, Mapping
         tau = kendalltau(x, y).statistic
         taus.append(0.0 if tau is None or not np.isfinite(tau) else float(tau))
         n = min(k, len(docs))
-        top = lambda s: set(sorted(docs, key=lambda d: (-s[q][d], d))[:n])  # noqa: E731
-        overlaps.append(len(top(a) & top(b)) / n)
+        overlaps.append(len(_top(a[q], docs, n) & _top(b[q], docs, n)) / n)
     return {"kendall_tau": float(np.mean(taus)) if taus else None,
             f"top{k}_overlap": float(np.mean(overlaps)) if overlaps else None, "queries": len(taus)}
 
 
+def _f(x) -> str:
+    return "n/a" if x is None else f"{x:.4f}"
+
+
+def _p(x) -> str:
+    return "n/a" if x is None else format(x, ".3g")
+
+
+def _judged_part(judged: dict, kept_start: bool) -> str:
+    other = "the best checkpoint" if kept_start else "the output"
+    chose = f", not the {judged['select_count']} that chose" if judged.get("select_count") else ""
+    return (f"{judged['queries']} held-out judged dev queries{chose}: nDCG@10 {_f(judged['start'])} (start) -> "
+            f"{_f(judged['selected'])} ({other}), difference {judged['difference']:+.4f}, 95% interval "
+            f"±{_f(judged['resolution'])} (p = {_p(judged['p_value'])})")
+
+
+def _pseudo_part(pseudo: dict) -> str:
+    part = f"pseudo-dev nDCG@10 {_f(pseudo.get('start'))} (start) -> {_f(pseudo.get('selected'))}"
+    if pseudo.get("difference") is not None:
+        part += f", difference {pseudo['difference']:+.4f}, resolution ±{_f(pseudo.get('resolution'))}"
+    return part
+
+
 def decide(kept_start: bool, judged: dict | None, contained: bool, pseudo: dict,
-           fell: dict | None = None) -> tuple[str, str]:
+           fell: dict | None = None, unverified: dict | None = None) -> tuple[str, str]:
     """``(verdict, sentence)``: one of :data:`VERDICTS` and the numbers behind it. ``judged``: the
-    :func:`resolution` of the output against the starting model on the judged dev queries, with
-    ``start`` and ``selected`` (their nDCG@10; with ``kept_start``, ``selected`` is the best
-    checkpoint, which lost), or None; ``pseudo``: ``start`` and ``selected``
-    pseudo-dev nDCG@10 (``selected`` None when not scored); ``fell``: with generated queries and a
-    teacher containing the start, the :func:`resolution` of the best checkpoint against the start on
-    the pseudo-dev queries that made selection keep the start (it fell by more than they resolve)."""
-    def f(x):
-        return "n/a" if x is None else f"{x:.4f}"
-
-    def p(x):
-        return "n/a" if x is None else format(x, ".3g")
-
-    pseudo_part = f"pseudo-dev nDCG@10 {f(pseudo.get('start'))} (start) -> {f(pseudo.get('selected'))}"
+    :func:`resolution` of the output against the starting model on the held-out (verdict) half of
+    the judged dev queries, with ``start`` and ``selected`` (their nDCG@10; with ``kept_start``,
+    ``selected`` is the best checkpoint, which lost) and ``select_count`` (the queries that chose), or None; ``pseudo``:
+    ``start`` and ``selected`` pseudo-dev nDCG@10 (with no judged query and a teacher that does not
+    contain the start, also the :func:`resolution` of the best checkpoint against it there);
+    ``fell``: generated queries, a teacher containing the start, and the best checkpoint below it on
+    the pseudo-dev queries by more than they resolve; ``unverified``: ``{"step", "why"}`` when the
+    start is output for want of evidence independent of the student and the best trained
+    checkpoint is kept beside it (:data:`UNVERIFIED`)."""
+    pseudo_part = _pseudo_part(pseudo)
     if judged is not None:
-        n, res = judged["queries"], judged["resolution"]
-        other = "the best checkpoint" if kept_start else "the output"
-        judged_part = (f"{n} judged dev queries: nDCG@10 {f(judged['start'])} (start) -> {f(judged['selected'])} "
-                       f"({other}), difference {judged['difference']:+.4f}, resolution ±{f(res)} (p = "
-                       f"{p(judged['p_value'])})")
+        judged_part = _judged_part(judged, kept_start)
+        res = judged["resolution"]
         if kept_start:
-            return KEPT, f"{KEPT}: no checkpoint beat it on the {judged_part}"
+            if res is not None and judged["difference"] < -res:
+                return KEPT, f"{KEPT}: the checkpoint chosen on the other judged queries fell below it on the {judged_part}"
+            return KEPT, f"{KEPT}: no checkpoint beat it on the judged dev queries that chose ({judged_part})"
         if res is not None and judged["difference"] > 0 and judged["difference"] >= res:
             return LABELLED, f"{LABELLED}: {judged_part}"
-        return PSEUDO_ONLY, (f"{PSEUDO_ONLY}: the {judged_part} lean its way by less than they can resolve, so "
-                             f"only the pseudo-labels it was trained on speak for it; {pseudo_part}")
-    if kept_start and fell is not None:
-        return KEPT, (f"{KEPT}: its training queries were generated and the teacher contains it, so the pseudo-labels "
-                      f"could show a trained checkpoint worse, never better; the best one (step {fell['compared_step']}) "
-                      f"fell below it on the {fell['queries']} pseudo-dev queries: nDCG@10 {f(fell['start'])} (start) -> "
-                      f"{f(fell['selected'])}, difference {fell['difference']:+.4f}, more than they resolve "
-                      f"(±{f(fell['resolution'])}, p = {p(fell['p_value'])}); "
-                      "judge a few queries (qrels/dev.tsv) to compare on real ones")
+        lean = "lean its way by less than they can resolve" if judged["difference"] > 0 else \
+            "do not lean its way, and resolve no loss either"
+        return PSEUDO_ONLY, (f"{PSEUDO_ONLY}: the {judged_part} {lean}, so only the judged queries that chose it and "
+                             f"the pseudo-labels it was trained on speak for it; {pseudo_part}")
+    if unverified is not None:
+        head = (f"{KEPT}; the trained checkpoint (step {unverified['step']}, in {UNVERIFIED}/) is unverified and "
+                "may be worse")
+        if fell is not None:
+            return KEPT, (f"{head}: its training queries were generated and the teacher contains the starting model, "
+                          f"so the pseudo-labels could show a trained checkpoint worse, never better; the best one "
+                          f"(step {fell['compared_step']}) fell below it on the {fell['queries']} pseudo-dev queries: "
+                          f"nDCG@10 {_f(fell['start'])} (start) -> {_f(fell['selected'])}, difference "
+                          f"{fell['difference']:+.4f}, more than they resolve (±{_f(fell['resolution'])}, p = "
+                          f"{_p(fell['p_value'])}); judge a few queries (qrels/dev.tsv) to compare on real ones")
+        return KEPT, f"{head}: {unverified['why']} ({pseudo_part}); judge a few queries (qrels/dev.tsv) to compare"
     if kept_start:
         return KEPT, f"{KEPT}: no checkpoint beat it on the pseudo-labelled dev set ({pseudo_part})"
-    if contained:
+    if contained:  # not reached by the pipeline: a contained start is kept, the checkpoint unverified
         return PSEUDO_ONLY, (f"{PSEUDO_ONLY}: trained on them, and chosen among the trained checkpoints only: the "
                              f"teacher contains the starting model, whose pseudo-dev score favours it and compares "
                              f"nothing ({pseudo_part}); no judged query compared the output with the starting model "
                              "(qrels/dev.tsv)")
-    return PSEUDO_ONLY, f"{PSEUDO_ONLY}: {pseudo_part}; no judged dev query (qrels/dev.tsv)"
+    return PSEUDO_ONLY, (f"{PSEUDO_ONLY}: the teacher does not contain the starting model, and its pseudo-labels "
+                         f"show the output better ({pseudo_part}); no judged dev query (qrels/dev.tsv)")

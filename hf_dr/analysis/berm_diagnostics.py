@@ -93,7 +93,8 @@ def berm_diagnostics(model, rows, *, batch_size: int = 16, max_query_length: int
             model.train()
     return {"variance": float(np.mean(variances)) if variances else float("nan"),
             "accuracy": float(np.mean(correct)) if correct else float("nan"),
-            "chance_accuracy": float(np.mean(chance)) if chance else float("nan"), "n_pairs": len(rows), "n_variance": len(variances), "n_accuracy": len(correct),
+            "chance_accuracy": float(np.mean(chance)) if chance else float("nan"), "n_pairs": len(rows),
+            "n_variance": len(variances), "n_accuracy": len(correct),
             "per_pair_variance": variances, "per_pair_correct": [bool(c) for c in correct]}
 
 

@@ -5,9 +5,10 @@ For each query Q and each of its terms t, ``RSJ_{t,Q}`` (Eq. 18) is computed wit
 relevant documents, and ``RSJ^_{t,Q}`` (Eq. 19) with the model's top-K documents in their
 place. The paper prints Eq. 10 as ``RSJ - RSJ^`` but reads it as "> 0: the model
 over-estimates the term, < 0: under-estimates" (as Formal et al. 2022b define it); only
-``dRSJ = RSJ^ - RSJ`` has that meaning, so that is what is computed here. Terms are split into HighRSJ / LowRSJ at the 75th percentile of RSJ and
-HighIDF / LowIDF at the median IDF of the query terms. Probabilities use the usual +0.5
-smoothing (the unsmoothed ratio is infinite whenever a term is in all or none of a set).
+``dRSJ = RSJ^ - RSJ`` has that meaning, so that is what is computed here. Terms are split into
+HighRSJ / LowRSJ at the 75th percentile of RSJ and HighIDF / LowIDF at the median IDF of the
+query terms. Probabilities use the usual +0.5 smoothing (the unsmoothed ratio is infinite
+whenever a term is in all or none of a set).
 Terms come from bm25s' analyser (lower-case words, English stop words removed, Snowball
 stemming), standing in for pyserini's Lucene analyser.
 """
@@ -109,7 +110,7 @@ def plot_delta_rsj(result: dict, path: str | os.PathLike, title: str = "") -> Pa
         ax.bar(x + i * w, [result["groups"][n].get(g, np.nan) for g in groups], w, label=n)
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(x + w * (len(names) - 1) / 2, groups)
-    ax.set_ylabel("mean ΔRSJ (RSJ − RSĴ, K=%d)" % result["k"])
+    ax.set_ylabel(f"mean ΔRSJ (RSJ − RSĴ, K={result['k']:d})")
     ax.set_title(title or "Under- (<0) / over- (>0) weighting of query terms")
     ax.legend(fontsize=8)
     return save_figure(fig, path)

@@ -190,4 +190,8 @@ def run(args) -> int:
               f"yardstick; dev nDCG@10 {m['dev']['0']:.4f} (step 0) -> {m['selected_dev_ndcg@10']:.4f} "
               f"(step {m['selected_step']})")
     print(f"verdict: {m['verdict_sentence']}")
+    print(f"verdict: {m['verdict_word']} (Sentence Transformers' word, against the starting model evaluated first)")
+    if m.get("unverified"):
+        print(f"the trained checkpoint (step {m['unverified']['step']}) is in {res.output / 'unverified'}: unverified, "
+              "it may be worse than the starting model in model/")
     return 0

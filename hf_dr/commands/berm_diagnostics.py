@@ -65,7 +65,8 @@ def run(args) -> int:
     print("| model | Var. (lower = more balanced) | Acc. (essential unit) | chance Acc. | pairs (Var. / Acc.) |")
     print("|---|---:|---:|---:|---:|")
     for path, r in results.items():
-        print(f"| {path} | {r['variance']:.4f} | {r['accuracy']:.4f} | {r['chance_accuracy']:.4f} | {r['n_variance']} / {r['n_accuracy']} |")
+        print(f"| {path} | {r['variance']:.4f} | {r['accuracy']:.4f} | {r['chance_accuracy']:.4f} "
+              f"| {r['n_variance']} / {r['n_accuracy']} |")
     if args.output:
         out = Path(args.output)
         out.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,9 @@
 """``hf-dr encode``: encode a corpus once into an embeddings folder (shards + manifest), streaming
 (memory does not grow with the corpus), resumable (run the same command again after a crash:
 finished shards are kept in a hidden ``.OUTPUT.partial`` folder beside the output, which is renamed
-to OUTPUT once every shard is done — OUTPUT is a complete folder or absent) and parallel (``accelerate launch --num_processes N -m hf_dr.cli encode ...``
-or ``torchrun``: each process encodes its own shards). ``hf-dr evaluate --embeddings``,
+to OUTPUT once every shard is done — OUTPUT is a complete folder or absent) and parallel
+(``accelerate launch --num_processes N -m hf_dr.cli encode ...`` or ``torchrun``: each process
+encodes its own shards). ``hf-dr evaluate --embeddings``,
 ``hf-dr label --embeddings`` and ``EncoderRetriever.from_embeddings`` use the folder."""
 
 from __future__ import annotations

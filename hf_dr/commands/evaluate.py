@@ -3,7 +3,7 @@ hybrid, print the metrics table, write ``run.trec`` and ``metrics.json``.
 
 ``--embeddings EMB`` searches an embeddings folder written by ``hf-dr encode`` instead of
 encoding the corpus again (refused when another model or corpus made it); ``--index IDX`` searches
-an index saved by ``hf-dr index`` (faiss, inverted or BM25: opened memory-mapped, nothing built;
+an index saved by ``hf-dr index`` (faiss, inverted, Seismic or BM25: opened, nothing built;
 refused when another model, corpus or BM25 tokenisation made it)."""
 
 from __future__ import annotations
@@ -11,22 +11,23 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..cli import add_dtype_argument, add_prompt_arguments, apply_prompt_arguments, finite_float, positive_int, stemmer_name, stopwords_name
+from ..cli import (add_dtype_argument, add_prompt_arguments, apply_prompt_arguments, finite_float, positive_int, stemmer_name,
+                   stopwords_name)
 from ..factory import RETRIEVER_KINDS
 
 
 def register(sub) -> None:
     p = sub.add_parser("evaluate", help="evaluate a retriever on a BEIR folder or Hub dataset",
                        description=__doc__)
-    p.add_argument("--data", required=True, help="BEIR folder or Hub dataset id (BeIR/scifact, mteb/scifact), or a folder of documents (PDF, DOCX, "
-                        "HTML, Markdown, text; with queries.jsonl and qrels/ beside them): ingested first into passages "
-                        "for --model, cached (hf-dr ingest, docs/ingest.md)")
+    p.add_argument("--data", required=True, help="BEIR folder or Hub dataset id (BeIR/scifact, mteb/scifact), "
+                        "or a folder of documents (PDF, DOCX, HTML, Markdown, text; with queries.jsonl and qrels/ beside them): "
+                        "ingested first into passages for --model, cached (hf-dr ingest, docs/ingest.md)")
     p.add_argument("--retriever", choices=RETRIEVER_KINDS, default="bm25")
     p.add_argument("--model", help="model folder or Hub id (dense, sparse, hybrid)")
     p.add_argument("--embeddings", help="embeddings folder of the corpus by this model (hf-dr encode): no re-encoding")
     p.add_argument("--index", nargs="+", metavar="IDX",
                    help="saved index folder(s) (hf-dr index): a BM25 one and / or one of the model's vectors "
-                        "(faiss, inverted); searched as they are, nothing built")
+                        "(faiss, inverted, seismic); searched as they are, nothing built")
     p.add_argument("--split", default="test")
     p.add_argument("--output", help="folder for run.trec and metrics.json (checked writable first; those two files are replaced)")
     p.add_argument("--top-k", type=positive_int, default=1000)
@@ -51,9 +52,9 @@ def register(sub) -> None:
                    help="hybrid fusion (default zscore; with --backend qdrant: rrf or dbsf, in the engine, default rrf)")
     p.add_argument("--fusion-weights", type=finite_float, nargs=2, default=(1.0, 1.0), metavar=("BM25", "MODEL"))
     d = p.add_argument_group("dense index (docs/retrieval.md: which one when)")
-    d.add_argument("--index-type", choices=("flat", "hnsw", "ivfpq"), default=None,
-                   help="flat: exact (default); hnsw / ivfpq: approximate, for millions of documents (built for "
-                        "this run: `hf-dr index` saves one)")
+    d.add_argument("--index-type", choices=("flat", "hnsw", "ivfpq", "seismic"), default=None,
+                   help="flat: exact (default); hnsw / ivfpq: approximate, for millions of documents; seismic: "
+                        "approximate SPLADE search (--retriever sparse); built for this run: `hf-dr index` saves one")
     d.add_argument("--hnsw-m", type=positive_int, default=None, help="HNSW links per node (default 32)")
     d.add_argument("--ef-search", type=positive_int, default=None,
                    help="HNSW search breadth (default 128, or a saved index's own)")
@@ -63,6 +64,9 @@ def register(sub) -> None:
                    help="IVF cells visited per query (default 32, or a saved index's own)")
     d.add_argument("--faiss-gpu", choices=("auto", "yes", "no"), default="auto",
                    help="put the dense index on GPU (faiss-gpu: pip install hf-dr[gpu]); auto = when present")
+    from .index import add_seismic_arguments
+
+    add_seismic_arguments(p, build=False)
     p.add_argument("--backend", choices=("inprocess", "qdrant"), default="inprocess",
                    help="inprocess: faiss / inverted index in this process (default); qdrant: a collection made "
                         "by hf-dr index (--retriever hybrid there fuses --model and --sparse-model in the engine)")
@@ -83,7 +87,8 @@ def index_options(args) -> dict:
     defaults of :class:`~hf_dr.retrieval.DenseIndex`, or a saved index's own)."""
     if args.retriever == "bm25":
         return {}
-    opts = {k: getattr(args, k) for k in ("index_type", "hnsw_m", "ef_search", "nlist", "pq_m", "nprobe")
+    opts = {k: getattr(args, k) for k in ("index_type", "hnsw_m", "ef_search", "nlist", "pq_m", "nprobe",
+                                          "query_cut", "heap_factor", "threads")
             if getattr(args, k) is not None}
     if opts.get("index_type") == "flat" and not args.index:
         del opts["index_type"]
@@ -153,7 +158,16 @@ def check_args(args) -> None:
                  if getattr(args, k) is not None]
         if fixed:
             raise CLIError(f"{' / '.join(fixed)} are fixed when the index is built (`hf-dr index`): a saved index "
-                           "has its own (--ef-search / --nprobe may change)")
+                           "has its own (--ef-search / --nprobe, or a Seismic index's --query-cut / --heap-factor, "
+                           "may change)")
+    seismic = [f"--{k.replace('_', '-')}" for k in ("query_cut", "heap_factor", "threads")
+               if getattr(args, k) is not None]
+    if seismic and not (args.index or args.index_type == "seismic"):
+        raise CLIError(f"{' / '.join(seismic)} search a Seismic index: give --index IDX (hf-dr index --backend "
+                       "seismic) or --index-type seismic")
+    if args.index_type == "seismic" and args.retriever not in ("sparse", "hybrid"):
+        raise CLIError(f"--index-type seismic indexes SPLADE vectors: it goes with --retriever sparse, not "
+                       f"{args.retriever}")
     if args.retriever != "hybrid" and (args.fusion or args.hybrid_second):
         raise CLIError(f"--fusion / --hybrid-second go with --retriever hybrid, not {args.retriever}")
     if args.backend != "qdrant":

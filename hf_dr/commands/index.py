@@ -6,6 +6,8 @@ and the Space open it memory-mapped, nothing rebuilt):
 * ``--embeddings EMB --backend faiss --index-type flat|hnsw|ivfpq``: a faiss index of a dense
   embeddings folder (``hf-dr encode``), written with faiss' own writer;
 * ``--embeddings EMB --backend inverted``: the inverted index of a sparse (SPLADE) embeddings folder;
+* ``--embeddings EMB --backend seismic`` (or ``--data DIR --model SPLADE``, encoded first): Seismic's
+  approximate index of SPLADE vectors, for millions of documents (``pip install "hf-dr[seismic]"``);
 * ``--data DIR --backend bm25``: BM25 (bm25s' own save, memory-mapped when opened).
 
 Each folder records what it was made from (the model and its fingerprint, prompts and max length
@@ -23,9 +25,15 @@ is refused. ``--url`` talks to a server or cluster, ``--path`` to qdrant-client'
 
 from __future__ import annotations
 
-from ..cli import positive_int, stemmer_name, stopwords_name
+from ..cli import (
+    non_negative_int,
+    positive_float,
+    positive_int,
+    stemmer_name,
+    stopwords_name,
+)
 
-BACKENDS = ("faiss", "inverted", "bm25", "qdrant")
+BACKENDS = ("faiss", "inverted", "seismic", "bm25", "qdrant")
 
 
 def add_qdrant_arguments(p) -> None:
@@ -45,11 +53,14 @@ def register(sub) -> None:
     src.add_argument("--embeddings", nargs="+",
                      help="embeddings folder(s) (hf-dr encode): one for faiss / inverted; for Qdrant one dense "
                           "and/or one sparse, of the same corpus")
-    src.add_argument("--data", help="BEIR folder or Hub id (--backend bm25)")
+    src.add_argument("--data", help="BEIR folder or Hub id (--backend bm25; --backend seismic with --model)")
+    p.add_argument("--model", help="--backend seismic --data DIR: the SPLADE model that encodes the corpus first "
+                                   "(as hf-dr encode --kind sparse; the encoding is not kept)")
     p.add_argument("--backend", choices=BACKENDS, default=None,
-                   help="faiss (a dense folder), inverted (a sparse folder), bm25 (--data), qdrant (--url / --path / "
-                        "--edge). Default: qdrant when one of those is given, bm25 with --data, else faiss or "
-                        "inverted by the folder")
+                   help="faiss (a dense folder), inverted (a sparse folder, exact), seismic (a sparse folder, "
+                        "approximate: millions of documents), bm25 (--data), qdrant (--url / --path / --edge). "
+                        "Default: qdrant when one of those is given, bm25 with --data, else faiss or inverted by "
+                        "the folder")
     p.add_argument("--output", help="the index folder (faiss, inverted, bm25; written whole, must be new or empty)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output once the new index is complete")
     g = p.add_argument_group("faiss (--backend faiss; docs/retrieval.md: which one when)")
@@ -61,6 +72,7 @@ def register(sub) -> None:
     g.add_argument("--nlist", type=positive_int, default=None, help="IVF cells (default 4*sqrt(n))")
     g.add_argument("--pq-m", type=positive_int, default=16, help="PQ sub-quantisers (must divide the dimension)")
     g.add_argument("--nprobe", type=positive_int, default=32, help="IVF cells visited per query (saved; evaluate can change it)")
+    add_seismic_arguments(p)
     b = p.add_argument_group("BM25 (--backend bm25)")
     b.add_argument("--bm25-stemmer", type=stemmer_name, default="english", help="PyStemmer language, or 'none'")
     b.add_argument("--bm25-stopwords", type=stopwords_name, default="en", help="'en' (or de, fr...) or 'none'")
@@ -73,6 +85,37 @@ def register(sub) -> None:
     q.add_argument("--replicas", type=positive_int, default=1, help="replication factor (cluster)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run)
+
+
+def add_seismic_arguments(p, build: bool = True) -> None:
+    """Seismic's search options (saved with the index; ``hf-dr evaluate`` may change them) and,
+    with ``build``, its build options (docs/retrieval.md, "Seismic")."""
+    from ..retrieval.seismic import BUILD_DEFAULTS as B
+    from ..retrieval.seismic import SEARCH_DEFAULTS as S
+
+    g = p.add_argument_group("Seismic (--backend seismic; docs/retrieval.md: which sparse index when)")
+    g.add_argument("--query-cut", type=positive_int, default=None,
+                   help=f"the query's largest terms visited (default {S['query_cut']}" +
+                        ("; saved, evaluate can change it)" if build else ", or the saved index's own)"))
+    g.add_argument("--heap-factor", type=positive_float, default=None,
+                   help=f"a block is read when its summary scores above this x the current k-th score (default "
+                        f"{S['heap_factor']}" + ("; saved, evaluate can change it)" if build
+                                                 else ", or the index's own)"))
+    g.add_argument("--threads", type=non_negative_int, default=None,
+                   help="engine threads (default 0: all cores)")
+    if not build:
+        return
+    g.add_argument("--n-postings", type=positive_int, default=None,
+                   help=f"average postings kept per term, the largest weights (default {B['n_postings']})")
+    g.add_argument("--centroid-fraction", type=positive_float, default=None,
+                   help=f"blocks per posting list, as a fraction of its length (default {B['centroid_fraction']})")
+    g.add_argument("--summary-energy", type=positive_float, default=None,
+                   help=f"the share of a block's weight its summary keeps (default {B['summary_energy']})")
+
+
+#: the build options of ``--backend seismic`` (argument name = SeismicIndex's)
+SEISMIC_BUILD = ("n_postings", "centroid_fraction", "summary_energy")
+SEISMIC_SEARCH = ("query_cut", "heap_factor", "threads")
 
 
 def store_from_args(args):
@@ -123,9 +166,19 @@ def check_args(args, backend: str) -> None:
         raise CLIError(f"--url / --path / --edge / --collection go with --backend qdrant, not {backend}")
     if not args.output:
         raise CLIError(f"--backend {backend} writes an index folder: give --output IDX")
-    if backend == "bm25" and not args.data:
+    seismic = [f"--{k.replace('_', '-')}" for k in SEISMIC_BUILD + SEISMIC_SEARCH if getattr(args, k) is not None]
+    if backend != "seismic" and seismic:
+        raise CLIError(f"{' / '.join(seismic)} go with --backend seismic, not {backend}")
+    if args.model and not (backend == "seismic" and args.data):
+        raise CLIError("--model goes with --backend seismic --data DIR (the corpus is encoded first); other "
+                       "backends index an embeddings folder (hf-dr encode) or, for bm25, the texts")
+    if backend == "seismic" and args.data:
+        if not args.model:
+            raise CLIError("--backend seismic --data DIR needs --model (the SPLADE model that encodes the corpus), "
+                           "or give --embeddings EMB (hf-dr encode --kind sparse)")
+    elif backend == "bm25" and not args.data:
         raise CLIError("--backend bm25 indexes a corpus: give --data DIR (not --embeddings)")
-    if backend != "bm25":
+    elif backend != "bm25":
         if not args.embeddings:
             raise CLIError(f"--backend {backend} indexes an embeddings folder (hf-dr encode): give --embeddings EMB")
         if len(args.embeddings) != 1:
@@ -154,11 +207,41 @@ def run(args) -> int:
             m = save_dense_index(args.embeddings[0], tmp, index_type=args.index_type, hnsw_m=args.hnsw_m or 32,
                                  ef_search=args.ef_search, nlist=args.nlist, pq_m=args.pq_m, nprobe=args.nprobe,
                                  show_progress_bar=not args.no_progress)
+        elif backend == "seismic":
+            m = _seismic(args, tmp)
         else:
             m = save_sparse_index(args.embeddings[0], tmp)
-    what = {"bm25": "BM25", "faiss": f"faiss {m.get('index_type')}", "inverted": "inverted"}[backend]
+    what = {"bm25": "BM25", "faiss": f"faiss {m.get('index_type')}", "inverted": "inverted",
+            "seismic": "Seismic"}[backend]
     print(f"wrote {args.output}: {what} index of {m['n_docs']} documents, built in {m['build_seconds']} s")
     return 0
+
+
+def _seismic(args, folder) -> dict:
+    """``--backend seismic``: the index of ``--embeddings``, or of ``--data`` encoded by ``--model``
+    first (into a folder beside the index's, removed once the index is written)."""
+    from pathlib import Path
+
+    from ..retrieval.saved import save_seismic_index
+
+    opts = {k: getattr(args, k) for k in SEISMIC_BUILD + SEISMIC_SEARCH if getattr(args, k) is not None}
+    if args.embeddings:
+        return save_seismic_index(args.embeddings[0], folder, show_progress_bar=not args.no_progress, **opts)
+    import shutil
+
+    from ..data import load_beir
+    from ..embeddings import encode_to_folder
+    from ..models import check_model, load_encoder
+
+    check_model(args.model, kind="sparse")
+    encoder = load_encoder(args.model, kind="sparse")
+    emb = Path(folder).parent / f".{Path(folder).name}.embeddings"
+    try:
+        encode_to_folder(encoder, load_beir(args.data, split=None), emb, model_name=args.model,
+                         show_progress_bar=not args.no_progress)
+        return save_seismic_index(emb, folder, show_progress_bar=not args.no_progress, **opts)
+    finally:
+        shutil.rmtree(emb, ignore_errors=True)
 
 
 def _run_qdrant(args) -> int:

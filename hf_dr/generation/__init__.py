@@ -1,4 +1,4 @@
-"""Queries from a corpus and nothing else (issue #23): generators (:mod:`.generators`: ``cloze``,
+"""Queries from a corpus and nothing else: generators (:mod:`.generators`: ``cloze``,
 ``span``, ``terms``, ``doc2query:ID``) and the resumable, sharded folder they write
 (:mod:`.folder`, ``hf-dr generate-queries``); ``hf-dr adapt`` runs it as its ``generate`` stage
 when the data folder has no queries (or ``--queries generate``)."""

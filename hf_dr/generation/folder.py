@@ -191,8 +191,8 @@ def _generate_shards(gen, ds, doc_ids: list[str], drawn: list[bool], todo: list[
                                     [rows["text"][j] or "" for j in idx], n, seed)
                 lines += _query_lines(ids, made)
                 bar.update(len(idx))
-            write_atomic(out / "shards" / f"{shard_name(i)}.jsonl",
-                         lambda p, text="".join(lines): _fsynced(p, text))
+            text = "".join(lines)
+            write_atomic(out / "shards" / f"{shard_name(i)}.jsonl", lambda p, text=text: _fsynced(p, text))
             write_json(out / "shards" / f"{shard_name(i)}.json",
                        {"shard": i, "start": start, "documents": len(picked), "queries": len(lines)})
 

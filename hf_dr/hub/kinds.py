@@ -30,9 +30,10 @@ class ModelKind:
 
     The hooks class (:meth:`hooks_class`) provides, optionally,
     ``save_for_hub(src, out, **options) -> (model, extra card variables)`` (load the saved folder,
-    write the repo files; default: ``from_pretrained(src).save_pretrained(out)``), ``card_variables(model, info) -> dict`` (the variables of the kind's
-    own template, from the config and ``train_info.json`` / ``dam_info.json``; an ordinary method
-    of the model classes) and, optionally, ``usage_snippet(repo_id, **lengths)`` or ``st_native = True``
+    write the repo files; default: ``from_pretrained(src).save_pretrained(out)``),
+    ``card_variables(model, info) -> dict`` (the variables of the kind's own template, from the
+    config and ``train_info.json`` / ``dam_info.json``; an ordinary method of the model classes)
+    and, optionally, ``usage_snippet(repo_id, **lengths)`` or ``st_native = True``
     (a Sentence Transformers folder: Sentence Transformers' snippet; default: the ``trust_remote_code``
     snippet of :func:`hf_dr.hub.cards.usage_snippet`).
     """

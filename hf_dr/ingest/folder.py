@@ -45,8 +45,8 @@ from .split import Block, TokenCounter, split_document
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ingest_folder", "ingest_stage", "BEIR_FILES", "IngestError", "list_inputs", "doc_id", "passage_doc", "DEFAULT_SHARD_SIZE",
-           "DEFAULT_MAX_FILE_SIZE", "DEFAULT_OVERLAP", "FORMAT_VERSION"]
+__all__ = ["ingest_folder", "ingest_stage", "BEIR_FILES", "IngestError", "list_inputs", "doc_id", "passage_doc",
+           "DEFAULT_SHARD_SIZE", "DEFAULT_MAX_FILE_SIZE", "DEFAULT_OVERLAP", "FORMAT_VERSION"]
 
 FORMAT_VERSION = 1
 DEFAULT_SHARD_SIZE = 100
@@ -266,7 +266,7 @@ def _work(src: str, out: str, show_progress_bar: bool, rank: int, world_size: in
         for i in todo:
             manifest: list[dict] = []
 
-            def write(tmp: Path, chunk=entries[i * size:(i + 1) * size]) -> None:
+            def write(tmp: Path, chunk=entries[i * size:(i + 1) * size], manifest=manifest) -> None:
                 with open(tmp, "w", encoding="utf-8") as f:
                     for e in chunk:
                         manifest.append(reader.read(root, e, f))

@@ -20,7 +20,7 @@ Implementations:
   sigmoid: the margins are used downstream by Margin-MSE).
 * :class:`FusionReranker` — for targets where no cross-encoder exists: z-score fusion of BM25
   and a dense model of the suite (``hf_dr.retrieval.fuse``), over each query's candidates (and
-  a corpus sample when they are few: one scale for every query, #21).
+  a corpus sample when they are few: one scale for every query).
 
 A spec string (``"fusion"`` | ``"monot5:<id>"`` | ``"cross-encoder:<id>"``) is parsed once into a
 :class:`~.teacher.Teacher`, which builds one (:func:`~.teacher.get_reranker`).
@@ -41,7 +41,7 @@ from ..retrieval.run import Run
 
 __all__ = ["Reranker", "MonoT5Reranker", "CrossEncoderReranker", "FusionReranker", "FUSION_REFERENCE_SIZE"]
 
-#: the fewest documents the fusion teacher normalises each query's scores over (#21)
+#: the fewest documents the fusion teacher normalises each query's scores over
 FUSION_REFERENCE_SIZE = 100
 
 
@@ -143,7 +143,7 @@ class FusionReranker(Reranker):
     the encoder's ``encode_corpus``, or handed over precomputed by the pipeline's cache), never
     per query. BM25 scores come from the one :class:`~hf_dr.retrieval.BM25Index`.
 
-    **One scale for every query and every document (#21).** Each component is z-normalised
+    **One scale for every query and every document.** Each component is z-normalised
     with the mean and standard deviation of a per-query *reference set*: the query's BM25
     candidate list, topped up to ``reference_size`` documents (100 by default; the corpus when
     smaller) with a deterministic sample of other corpus documents (seeded by ``reference_seed``

@@ -1,4 +1,4 @@
-"""The Sentence Transformers files of a saved hf-dr model (#22, "out").
+"""The Sentence Transformers files of a saved hf-dr model ("Sentence Transformers out").
 
 Every model hf-dr writes that Sentence Transformers can express is also a Sentence Transformers
 folder: ``SentenceTransformer(folder)`` (dense, BERM) or ``SparseEncoder(folder)`` (SPLADE,

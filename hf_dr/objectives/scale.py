@@ -1,8 +1,9 @@
 """The inverse temperature every objective uses by default.
 
-A model's similarity (:func:`hf_dr.encoding.model_similarity`) comes from its own configuration: sentence-transformers' ``Normalize`` module
-or ``similarity_fn_name`` (read into :class:`~hf_dr.models.dense.DenseEncoder`'s ``normalize``), or
-the ``similarity`` field of a suite config (BERM, DDR). Scores of a cosine model live in [-1, 1]:
+A model's similarity (:func:`hf_dr.encoding.model_similarity`) comes from its own configuration:
+sentence-transformers' ``Normalize`` module or ``similarity_fn_name`` (read into
+:class:`~hf_dr.models.dense.DenseEncoder`'s ``normalize``), or the ``similarity`` field of a suite
+config (BERM, DDR). Scores of a cosine model live in [-1, 1]:
 a softmax / sigmoid over them at temperature 1 is nearly flat, so sentence-transformers multiplies
 them by 20 (``MultipleNegativesRankingLoss(scale=20)``); dot-product models (the papers' DPR-style
 encoders, SPLADE) are trained at scale 1. Every objective whose ``scale`` is left at ``None`` takes

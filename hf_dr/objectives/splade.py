@@ -19,7 +19,7 @@ __all__ = ["SpladeObjective", "FlopsWarmupCallback"]
 class FlopsWarmupCallback(TrainerCallback):
     """Keeps the objective's step in sync with the Trainer (gradient accumulation included)."""
 
-    def __init__(self, objective: "SpladeObjective"):
+    def __init__(self, objective: SpladeObjective):
         self.objective = objective
 
     def on_step_begin(self, args, state, control, **kwargs):

@@ -17,7 +17,7 @@ def normalize_run(run: Run, method: str, reference: Run | None = None) -> Run:
     The statistics (min and max, or mean and standard deviation) are those of the query's own
     scores, or, when ``reference`` has the query, of ``reference[q]``'s scores: every document of
     ``run[q]`` is then put on the reference's scale, whether or not it belongs to the reference
-    (the fusion teacher normalises over a reference set wider than its candidate list, #21). A
+    (the fusion teacher normalises over a reference set wider than its candidate list). A
     reference equal to the run gives exactly the run's own normalisation.
     """
     if method in ("none", "sum", None):

@@ -374,7 +374,11 @@ class QdrantRetriever(Retriever):
         texts = [queries[q] for q in qids]
         vecs = {kind: enc.encode_queries(texts, batch_size=self.batch_size, show_progress_bar=False)
                 for kind, enc in self.encoders.items()}
+        return self.search_vectors(vecs, qids, k)
 
+    def search_vectors(self, vecs: Mapping[str, object], qids: Sequence[str], k: int = 1000) -> Run:
+        """:meth:`search` of query vectors already encoded: ``vecs`` ``{kind: [n, d] array or CSR [n, |V|]}``
+        (each of this retriever's encoders' kinds), one row per id of ``qids``."""
         def vec(kind, i):
             v = vecs[kind]
             if kind == "dense":

@@ -103,7 +103,9 @@ class EncoderRetriever(Retriever):
         query_settings: model ``config`` attributes set while queries are encoded (e.g.
             ``{"query_mode": "bow"}`` for SPLADE-Doc), restored afterwards.
         batch_size, max_query_length: query encoding.
-        index_kwargs: dense index options (``index_type="flat" | "hnsw" | "ivfpq"``, ...).
+        index_kwargs: dense index options (``index_type="flat" | "hnsw" | "ivfpq"``, ...); for a sparse
+            encoder ``index_type="seismic"`` (and :class:`~hf_dr.retrieval.seismic.SeismicIndex`'s
+            options) builds an approximate Seismic index instead of the exact inverted one.
     """
 
     def __init__(self, encoder, doc_vectors, doc_ids: Sequence[str], *, doc_transform: Callable | None = None,
@@ -117,9 +119,15 @@ class EncoderRetriever(Retriever):
         self.sparse = bool(getattr(encoder, "output_is_sparse", False))
         vecs = doc_transform(doc_vectors) if doc_transform is not None else doc_vectors
         if self.sparse:
-            if index_kwargs:
-                raise ValueError(f"a sparse index takes no dense index options ({sorted(index_kwargs)})")
-            self.index = SparseIndex(vecs, doc_ids)
+            if index_kwargs.get("index_type") == "seismic":  # approximate, for millions of documents
+                from .seismic import SeismicIndex
+
+                self.index = SeismicIndex(vecs, doc_ids, **{k: v for k, v in index_kwargs.items() if k != "index_type"})
+            elif index_kwargs:
+                raise ValueError(f"a sparse index takes no dense index options ({sorted(index_kwargs)}; "
+                                 "index_type='seismic' builds an approximate Seismic index)")
+            else:
+                self.index = SparseIndex(vecs, doc_ids)
         else:
             self.index = DenseIndex(vecs, doc_ids, **index_kwargs)
         self.doc_ids = self.index.doc_ids

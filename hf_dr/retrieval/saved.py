@@ -1,15 +1,17 @@
-"""Indexes built once and searched many times (``hf-dr index --backend faiss|inverted|bm25 --output IDX``).
+"""Indexes built once and searched many times (``hf-dr index --backend faiss|inverted|seismic|bm25 --output IDX``).
 
 An index folder holds::
 
     IDX/
       index.json       the manifest (written last): format, backend, parameters, number of
-                       documents, corpus fingerprint; for faiss / inverted also what made the vectors
+                       documents, corpus fingerprint; for faiss / inverted / seismic also what made the vectors
                        (the embeddings folder's model + fingerprint, prompts, max length, pooling...)
       doc_ids.utf8     the documents' ids in index order (UTF-8, one after the other) and where each
       doc_ids.offsets.npy  starts: memory-mapped (:class:`DocIds`)
       faiss.index      --backend faiss: faiss' own writer (flat, HNSW or IVF-PQ), opened memory-mapped
       postings.*.npy   --backend inverted: the posting lists of a sparse embeddings folder, memory-mapped
+      seismic.*        --backend seismic: the engine's own file (read whole when opened), the rows it
+                       holds, its build parameters
       bm25s/           --backend bm25: bm25s' own save (opened with ``mmap=True``), bm25.json its tokenisation
 
 :func:`save_dense_index`, :func:`save_sparse_index` and :func:`save_bm25_index` write one;
@@ -28,16 +30,19 @@ import os
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
 from ..embeddings import ENCODING_FIELDS, EmbeddingsError, EncodedVectors
 
-__all__ = ["SavedIndex", "SavedIndexError", "DocIds", "save_dense_index", "save_sparse_index", "save_bm25_index",
-           "BACKENDS", "INDEX_FORMAT"]
+__all__ = ["SavedIndex", "SavedIndexError", "DocIds", "save_dense_index", "save_sparse_index", "save_seismic_index",
+           "save_bm25_index", "BACKENDS", "INDEX_FORMAT"]
 
 INDEX_FORMAT = 1
-BACKENDS = ("faiss", "inverted", "bm25")
+BACKENDS = ("faiss", "inverted", "seismic", "bm25")
+#: the retriever each backend serves
+KINDS = {"bm25": "bm25", "faiss": "dense", "inverted": "sparse", "seismic": "sparse"}
 MANIFEST = "index.json"
 IDS_FILE = "doc_ids.utf8"
 OFFSETS_FILE = "doc_ids.offsets.npy"
@@ -148,22 +153,50 @@ def save_dense_index(embeddings, folder: str | os.PathLike, *, index_type: str =
     return _finish(folder, {"backend": "faiss", **index.params, **enc, "build_seconds": round(build, 2)})
 
 
-def save_sparse_index(embeddings, folder: str | os.PathLike) -> dict:
-    """Build the inverted index (:class:`~hf_dr.retrieval.SparseIndex`) of a sparse embeddings folder
-    and write its posting lists into ``folder``. Returns the manifest."""
-    from .sparse import SparseIndex
-
+def _sparse_source(embeddings, folder) -> tuple:
+    """``(embeddings, its encoding record, the index folder, created)``; refused when the vectors are dense."""
     emb, enc = _encoded(embeddings)
     if not emb.is_sparse:
         raise SavedIndexError(f"{emb.path} holds dense vectors: index them with --backend faiss")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    return emb, enc, folder
+
+
+def save_sparse_index(embeddings, folder: str | os.PathLike) -> dict:
+    """Build the inverted index (:class:`~hf_dr.retrieval.SparseIndex`) of a sparse embeddings folder
+    and write its posting lists into ``folder``. Returns the manifest."""
+    from .sparse import SparseIndex
+
+    emb, enc, folder = _sparse_source(embeddings, folder)
     t0 = time.perf_counter()
     index = SparseIndex(emb.matrix(), emb.doc_ids)
     build = time.perf_counter() - t0
     index.save(folder)
     DocIds.write(folder, emb.doc_ids)
     return _finish(folder, {"backend": "inverted", "nnz": int(index.postings.nnz), **enc,
+                            "build_seconds": round(build, 2)})
+
+
+def save_seismic_index(embeddings, folder: str | os.PathLike, *, query_cut: int | None = None,
+                       heap_factor: float | None = None, threads: int = 0, show_progress_bar: bool | None = None,
+                       **build_params) -> dict:
+    """Build a Seismic index (:class:`~hf_dr.retrieval.seismic.SeismicIndex`: approximate, for
+    millions of SPLADE vectors) of a sparse embeddings folder (its shards handed to the engine one
+    after the other) and write it into ``folder``. ``build_params``: ``n_postings``,
+    ``centroid_fraction``, ``summary_energy``, ... (:data:`~hf_dr.retrieval.seismic.BUILD_DEFAULTS`);
+    ``query_cut`` / ``heap_factor``: the search defaults saved with it. Returns the manifest."""
+    from .seismic import SeismicIndex
+
+    emb, enc, folder = _sparse_source(embeddings, folder)
+    t0 = time.perf_counter()
+    index = SeismicIndex([b for _, b in emb.iter_shards()], emb.doc_ids, query_cut=query_cut,
+                         heap_factor=heap_factor, threads=threads, show_progress_bar=show_progress_bar,
+                         **build_params)
+    build = time.perf_counter() - t0
+    index.save(folder, show_progress_bar=show_progress_bar)
+    DocIds.write(folder, emb.doc_ids)
+    return _finish(folder, {"backend": "seismic", **index.params, "indexed_docs": len(index.rows), **enc,
                             "build_seconds": round(build, 2)})
 
 
@@ -228,12 +261,12 @@ class SavedIndex(EncodedVectors):
     @property
     def kind(self) -> str:
         """The retriever it serves: ``bm25``, ``dense`` or ``sparse``."""
-        return {"bm25": "bm25", "faiss": "dense", "inverted": "sparse"}[self.backend]
+        return KINDS[self.backend]
 
     def describe(self) -> str:
         m = self.manifest
         what = {"faiss": f"faiss {m.get('index_type')} index", "inverted": "inverted index",
-                "bm25": "BM25 index"}[self.backend]
+                "seismic": "Seismic index", "bm25": "BM25 index"}[self.backend]
         by = f" of the vectors of {m.get('model')!r}" if self.backend != "bm25" else ""
         return f"{what}{by}, {m['n_docs']} documents"
 
@@ -272,20 +305,38 @@ class SavedIndex(EncodedVectors):
 
         return BM25Index.load(self.path, self.doc_ids, mmap=mmap)
 
+    #: the search-time options of each backend
+    _SEARCH_OPTIONS: ClassVar[dict] = {"faiss": ("ef_search", "nprobe"), "seismic": ("query_cut", "heap_factor", "threads")}
+
+    def _check_search_options(self, **given) -> None:
+        own = self._SEARCH_OPTIONS.get(self.backend, ())
+        wrong = [k for k, v in given.items() if v is not None and k not in own]
+        if wrong:
+            def flags(names):
+                return " / ".join(f"--{k.replace('_', '-')}" for k in names)
+
+            theirs = f"its search options are {flags(own)}" if own else "it has no search options"
+            raise SavedIndexError(f"{flags(wrong)} do not apply to {self.path} (a {self.describe()}): {theirs}")
+
     def retriever(self, encoder=None, data=None, *, max_length: int | None = None, batch_size: int = 32,
                   bm25_stemmer: str | None = None, bm25_stopwords: str | list[str] | None = None,
                   check_bm25: bool = False, ef_search: int | None = None, nprobe: int | None = None,
-                  use_gpu: bool | str = "auto", mmap: bool = True, **retriever_kwargs):
+                  use_gpu: bool | str = "auto", query_cut: int | None = None, heap_factor: float | None = None,
+                  threads: int | None = None, mmap: bool = True, **retriever_kwargs):
         """The :class:`~hf_dr.retrieval.Retriever` of this index, opened (memory-mapped), not rebuilt.
 
         Checked first: ``data`` (the corpus searched, when given) is the indexed corpus; for a
         faiss / inverted index ``encoder`` (needed: it encodes the queries) made the vectors
         (fingerprint, prompts, ``max_length`` when given); for BM25 with ``check_bm25`` the
-        tokenisation is ``bm25_stemmer`` / ``bm25_stopwords``."""
+        tokenisation is ``bm25_stemmer`` / ``bm25_stopwords``. Search-time options: ``ef_search`` /
+        ``nprobe`` (faiss), ``query_cut`` / ``heap_factor`` / ``threads`` (Seismic; default: the
+        index's own)."""
         from .retriever import BM25Retriever, EncoderRetriever
 
         if data is not None:
             self.check_corpus(data)
+        self._check_search_options(ef_search=ef_search, nprobe=nprobe, query_cut=query_cut, heap_factor=heap_factor,
+                                   threads=threads)
         if self.backend == "bm25":
             if encoder is not None:
                 raise SavedIndexError(f"{self.path} is a BM25 index: it takes no model")
@@ -303,6 +354,11 @@ class SavedIndex(EncodedVectors):
                           if k in self.manifest}
                 index = DenseIndex.load(self.path, self.doc_ids, params, mmap=mmap, ef_search=ef_search,
                                         nprobe=nprobe, use_gpu=use_gpu)
+            elif self.backend == "seismic":
+                from .seismic import SeismicIndex
+
+                index = SeismicIndex.load(self.path, self.doc_ids, query_cut=query_cut, heap_factor=heap_factor,
+                                          threads=threads or 0)
             else:
                 from .sparse import SparseIndex
 

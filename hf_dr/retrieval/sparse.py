@@ -22,9 +22,10 @@ class SparseIndex:
     per term. A query is scored from the posting lists of its terms only (:meth:`search`):
     only documents sharing a term with it get a score, and its top-k is taken from those with
     ``partition``. Beside the postings one query touches, a search holds one float32 score
-    accumulator per document (4 bytes; a sparse product's workspace was 20), so a
-    multi-million-row CSR, memory-mapped, is searched in little more memory than its mapped
-    pages. Scores are exact; ties are broken by document order.
+    accumulator per document (4 bytes), or, for queries that touch postings for more than a tenth
+    of the documents, a sparse product's workspace (~12 bytes a document), so a multi-million-row
+    CSR, memory-mapped, is searched in little more memory than its mapped pages. Scores are
+    exact; ties are broken by document order.
     """
 
     def __init__(self, doc_vectors: sp.spmatrix, doc_ids: Sequence[str]):
@@ -85,44 +86,89 @@ class SparseIndex:
         """The stored vectors of the documents at ``rows`` (CSR ``[len(rows), |V|]``)."""
         return self.postings[:, np.asarray(rows)].T.tocsr()
 
+    #: postings a group of queries scored by one sparse product may touch (their copy and the output:
+    #: ~16 bytes each; a query touching more is a group of its own)
+    GROUP_POSTINGS = 1 << 20
+
     def search(self, query_vectors: sp.spmatrix, query_ids: Sequence[str], top_k: int = 1000,
                canonical: bool = True) -> Run:
         """Exact top-``top_k`` of each query (a row of ``query_vectors``, CSR ``[n_queries, |V|]``).
 
-        Term at a time, one query after the other: the posting lists of the query's terms are
-        gathered (slices of the memory-mapped arrays: only their pages are read), weighted by the
-        query's weight of each term, and added into one float32 accumulator per document in the
-        query's term order — the order of a sparse product ``q @ D^T``, so the scores are the same
-        bits. The accumulator (4 bytes a document, made once per call and cleared after each query,
-        untouched pages never becoming memory) is all that grows with the corpus; the rest is the
-        postings one query touches. ``canonical=False``: the query rows are used
-        as given (repeated terms kept, in their order: a document's score then adds its terms'
-        weights in that order)."""
+        Term at a time: a query's score of a document adds ``weight x posting`` over the query's
+        terms, in the query's term order, in float32 — the order of a sparse product ``q @ D^T``,
+        so the scores are the same bits. A query touching few postings for the corpus (fewer than a
+        tenth of its documents) is scored alone: its postings (slices of the memory-mapped arrays:
+        only their pages are read) added into one float32 accumulator per document (4 bytes a
+        document, made once per call, untouched pages never becoming memory). Queries touching more
+        (SPLADE's expanded queries on a small corpus) are scored in groups by SciPy's sparse product
+        of the group and the posting lists of its terms (in C; the same additions in the same
+        order; a workspace of ~12 bytes a document, and the group's scores, at most
+        :attr:`GROUP_POSTINGS` of them). ``canonical=False``: the query rows are used as given
+        (repeated terms kept, in their order: a document's score then adds its terms' weights in
+        that order)."""
         Q = sp.csr_matrix(query_vectors, dtype=np.float32) if canonical else query_vectors
         if Q.shape[1] != self.vocab_size:
             raise ValueError(f"query vectors have {Q.shape[1]} dimensions, the index {self.vocab_size}")
         if Q.shape[0] != len(query_ids):
             raise ValueError(f"{len(query_ids)} query ids for {Q.shape[0]} query vectors")
-        k = min(top_k, len(self.doc_ids))
+        n, nq = len(self.doc_ids), Q.shape[0]
+        k = min(top_k, n)
+        lens = np.diff(np.asarray(self.postings.indptr))[np.asarray(Q.indices)]
+        touched = np.bincount(np.repeat(np.arange(nq), np.diff(Q.indptr)), weights=lens, minlength=nq)
+        dense = 10 * touched >= n
         run: Run = {}
-        acc = np.zeros(len(self.doc_ids), np.float32)  # calloc'd: only the pages of documents hit become memory
-        for r in range(Q.shape[0]):
-            lo, hi = Q.indptr[r], Q.indptr[r + 1]
-            docs, vals = self._scores(np.asarray(Q.indices[lo:hi]), np.asarray(Q.data[lo:hi], np.float32), acc)
-            keep = vals > 0  # documents sharing no (positive) term with the query are not hits
-            docs, vals = docs[keep], vals[keep]
-            if len(vals) > k:  # the k best; at the k-th score, the first documents in corpus order
-                kth = -np.partition(-vals, k - 1)[k - 1]
-                above = np.flatnonzero(vals > kth)
-                ties = np.flatnonzero(vals == kth)[: k - len(above)]
-                sel = np.concatenate([above, ties])
-                docs, vals = docs[sel], vals[sel]
-            order = np.lexsort((docs, -vals))
-            rows = docs[order]
-            names = self.doc_ids.take(rows) if hasattr(self.doc_ids, "take") else \
-                [self.doc_ids[d] for d in rows.tolist()]
-            run[str(query_ids[r])] = dict(zip(names, vals[order].tolist()))  # Python floats, float(s) of each
+        acc = None
+        r = 0
+        while r < nq:
+            if not dense[r]:
+                if acc is None:
+                    acc = np.zeros(n, np.float32)  # calloc'd: only the pages of documents hit become memory
+                lo, hi = Q.indptr[r], Q.indptr[r + 1]
+                docs, vals = self._scores(np.asarray(Q.indices[lo:hi]), np.asarray(Q.data[lo:hi], np.float32), acc)
+                run[str(query_ids[r])] = self._ranking(docs, vals, k)
+                r += 1
+                continue
+            end, group = r + 1, touched[r]
+            while end < nq and dense[end] and group + touched[end] <= self.GROUP_POSTINGS:
+                group += touched[end]
+                end += 1
+            S = self._product(Q[r:end])
+            for i in range(end - r):
+                a, b = S.indptr[i], S.indptr[i + 1]
+                run[str(query_ids[r + i])] = self._ranking(S.indices[a:b].astype(np.int64), S.data[a:b], k)
+            r = end
         return run
+
+    def _product(self, Q: sp.csr_matrix) -> sp.csr_matrix:
+        """``Q @ D^T`` (CSR ``[len(Q), n]``, documents in no order), computed on the posting lists of
+        ``Q``'s terms only (their rows of the memory-mapped arrays), ``Q``'s rows kept as they are."""
+        terms = np.unique(Q.indices)
+        sub = self.postings[terms]
+        Qc = sp.csr_matrix((Q.data, np.searchsorted(terms, Q.indices), Q.indptr), shape=(Q.shape[0], len(terms)))
+        return Qc @ sub
+
+    def _ranking(self, docs: np.ndarray, vals: np.ndarray, k: int) -> dict[str, float]:
+        """``{doc_id: score}`` of a query's best ``k`` documents with a positive score (documents sharing
+        no positive term are not hits), best first; at the k-th score the first documents in corpus order."""
+        keep = vals > 0
+        docs, vals = docs[keep], vals[keep]
+        if len(vals) > k:
+            kth = -np.partition(-vals, k - 1)[k - 1]
+            above = np.flatnonzero(vals > kth)
+            ties = np.flatnonzero(vals == kth)
+            ties = ties[np.argsort(docs[ties], kind="stable")][: k - len(above)]
+            sel = np.concatenate([above, ties])
+            docs, vals = docs[sel], vals[sel]
+        order = np.lexsort((docs, -vals))
+        return dict(zip(self._names(docs[order]), vals[order].tolist()))  # Python floats, float(s) of each
+
+    def _names(self, rows: np.ndarray) -> list[str]:
+        """The ids of the documents at ``rows`` (a saved index's: only those are read)."""
+        if hasattr(self.doc_ids, "take"):
+            return self.doc_ids.take(rows)
+        if getattr(self, "_id_array", None) is None:
+            self._id_array = np.asarray(self.doc_ids, dtype=object)
+        return self._id_array[rows].tolist()
 
     def _scores(self, terms: np.ndarray, weights: np.ndarray, acc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(documents in corpus order, their float32 scores) of one query: every document on a

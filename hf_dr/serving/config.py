@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 #: the retrievers a saved index (``indexes``) can serve
-SAVED_INDEX_RETRIEVERS = ("BM25", "Dense")
+SAVED_INDEX_RETRIEVERS = ("BM25", "Dense", "SPLADE-CAI")
 
 
 def _default_dense() -> str:
@@ -61,7 +61,9 @@ class ServingConfig:
     retriever whose model is unset is not offered); ``ddr_dams``: a folder of DAM folders or
     ``name=path,name=path``. ``qdrant_url`` / ``qdrant_path`` / ``qdrant_edge`` with
     ``qdrant_collection``: a Qdrant collection of the corpus. ``indexes``: saved indexes opened
-    instead of building, ``corpus:BM25=folder;corpus:Dense=folder``. ``device``, ``dtype``
+    instead of building, ``corpus:BM25=folder;corpus:Dense=folder;corpus:SPLADE-CAI=folder`` (an
+    inverted or Seismic index of ``splade_model``'s vectors, searched as they were encoded: the IDF
+    switch does not change it). ``device``, ``dtype``
     (``auto`` | ``fp32`` | ``bf16`` | ``fp16``, :mod:`hf_dr.precision`), ``batch_size``: encoding;
     ``top_k``: results of a search by default.
 
@@ -125,7 +127,7 @@ class ServingConfig:
             retriever = retriever.strip()
             if retriever not in SAVED_INDEX_RETRIEVERS:
                 raise ValueError(f"bad index entry {entry!r}: saved indexes serve "
-                                 f"{' and '.join(SAVED_INDEX_RETRIEVERS)}, not {retriever!r}")
+                                 f"{', '.join(SAVED_INDEX_RETRIEVERS)}, not {retriever!r}")
             out[(name.strip(), retriever)] = path.strip()
         return out
 

@@ -256,6 +256,9 @@ class SearchEngine:
 
         if retriever == "BM25":
             return build_retriever("bm25", data, index=folder)
+        if retriever == "SPLADE-CAI":  # an inverted or Seismic index: its vectors as encoded, with or without IDF
+            r = build_retriever("sparse", data, self.splade_model(), index=folder, batch_size=self.cfg.batch_size)
+            return {False: r, True: r}
         return build_retriever("dense", data, self.dense_model(), index=folder, batch_size=self.cfg.batch_size)
 
     def _qdrant(self):

@@ -50,8 +50,10 @@ HF_DR_QDRANT_EDGE      ... an embedded qdrant-edge shard folder
 HF_DR_QDRANT_COLLECTION  the collection (url / path); its dense vectors are searched with HF_DR_DENSE_MODEL,
                        its sparse ones with HF_DR_SPLADE_MODEL (both: the engine's RRF hybrid)
 HF_DR_INDEXES          saved indexes (``hf-dr index``) opened instead of building: ``corpus:BM25=folder;
-                       corpus:Dense=folder`` (a BM25 index; a faiss index of HF_DR_DENSE_MODEL's
-                       vectors), memory-mapped; each is checked against its corpus and model
+                       corpus:Dense=folder;corpus:SPLADE-CAI=folder`` (a BM25 index; a faiss index of
+                       HF_DR_DENSE_MODEL's vectors; an inverted or Seismic index of HF_DR_SPLADE_MODEL's,
+                       searched as encoded: the IDF switch does not change it); each is checked against
+                       its corpus and model
 HF_DR_DEVICE           ``auto`` (GPU when there is one), ``cpu``, ``cuda``...
 HF_DR_SPACE_CONFIG     a JSON file with the same keys in lower case (``dense_model``...), read first
 GRADIO_SERVER_PORT     port (Gradio reads it; 7860 by default)

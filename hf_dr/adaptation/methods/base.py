@@ -34,16 +34,17 @@ def option(default: Any = None, help: str = "", *, flag: str | None = None, mini
 class DevSet:
     """The dev set that chooses the checkpoint, and how a model is scored on it (nDCG@10, cached by
     the model's weights): the pseudo-labelled rows (``query_id, query, doc_id, doc, label``: held-out
-    training queries, their teacher's top 10 and a few hard negatives) and, when the user judged a
-    few queries (``qrels/dev.tsv``), ``judged`` rows of the same shape (a candidate pool per judged
-    query, graded by the judgments): selection's nDCG@10 is then the judged one. One evaluation
-    encodes each candidate document once, with a progress bar (on a terminal)."""
+    training queries, their teacher's top 10 and a few hard negatives, reranked) and, when the user
+    judged a few queries (``qrels/dev.tsv``), ``judged``
+    (:class:`~hf_dr.adaptation.judged.JudgedDev`): selection's nDCG@10 is then that of its
+    selection half, by full-corpus retrieval; its verdict half is never scored here. One
+    evaluation encodes each candidate document once, with a progress bar (on a terminal)."""
 
     rows: Any  # a datasets.Dataset (the pseudo-labelled dev set)
-    key: str  # the hash of its content (hf_dr.stage_cache.dataset_digest), the judged rows' included
+    key: str  # the hash of its content (hf_dr.stage_cache.dataset_digest), the judged set's included
     max_length: int
     cache: StageCache
-    judged: list | None = None  # rows of the judged dev queries (qrels/dev.tsv), or None
+    judged: Any = None  # hf_dr.adaptation.judged.JudgedDev (qrels/dev.tsv), or None
     _evaluator: Any = field(default=None, init=False, repr=False)
 
     @property
@@ -51,44 +52,42 @@ class DevSet:
         """What selection's nDCG@10 is measured on: ``judged`` or ``pseudo``."""
         return "judged" if self.judged else "pseudo"
 
-    def _queries(self) -> dict[str, list[str]]:
-        ev = self._get_evaluator()
-        judged = {str(r["query_id"]) for r in self.judged or []}
-        return {"pseudo": [q for q in ev.queries if q not in judged], "judged": [q for q in ev.queries if q in judged]}
-
     def _get_evaluator(self):
         from ...evaluation import RerankEvaluator
 
         if self._evaluator is None:
-            self._evaluator = RerankEvaluator(list(self.rows) + list(self.judged or []), metrics=("ndcg@10",),
-                                              max_length=self.max_length, show_progress_bar=None)
+            self._evaluator = RerankEvaluator(list(self.rows), metrics=("ndcg@10",), max_length=self.max_length,
+                                              show_progress_bar=None)
         return self._evaluator
 
-    def evaluate(self, model, doc_vectors=None) -> dict:
+    def evaluate(self, model, doc_vectors=None, fingerprint: str | None = None, corpus=None) -> dict:
         """``model`` on the dev set: ``ndcg@10`` (selection's), ``pseudo_ndcg@10`` (and
-        ``judged_ndcg@10``), their per-query scores, and the pseudo-dev ranking (``pseudo_run``)."""
+        ``judged_ndcg@10``: the judged selection half), their per-query scores, and the pseudo-dev
+        ranking (``pseudo_run``). ``doc_vectors``: ``{doc_id: vector}`` this model has encoded
+        already; ``corpus``: ``(doc_ids, matrix)``, its encoding of the whole corpus."""
         from ...evaluation import evaluate_run
 
         ev = self._get_evaluator()
         run = ev.run(model, doc_vectors)
-        out: dict = {}
-        for name, qs in self._queries().items():
-            if qs:
-                res = evaluate_run({q: ev.qrels[q] for q in qs}, run, ("ndcg@10",))
-                out[f"{name}_ndcg@10"] = float(res.aggregate["ndcg@10"])
-                out[f"{name}_per_query"] = res.per_query["ndcg@10"]
+        res = evaluate_run(ev.qrels, run, ("ndcg@10",))
+        out: dict = {"pseudo_ndcg@10": float(res.aggregate["ndcg@10"]), "pseudo_per_query": res.per_query["ndcg@10"]}
+        if self.judged:
+            from ..judged import SELECT
+
+            s = self.judged.scores(SELECT, model, fingerprint, corpus)
+            out["judged_ndcg@10"], out["judged_per_query"] = s["ndcg@10"], s["per_query"]
         out["ndcg@10"] = out[f"{self.source}_ndcg@10"]
-        out["pseudo_run"] = {q: run[q] for q in self._queries()["pseudo"]}
+        out["pseudo_run"] = run
         return out
 
-    def scores(self, stage: str, model, fingerprint: str | None = None, doc_vectors=None) -> dict:
+    def scores(self, stage: str, model, fingerprint: str | None = None, doc_vectors=None, corpus=None) -> dict:
         """:meth:`evaluate`, cached as ``stage`` (``fingerprint``: the model's, when known;
-        ``doc_vectors``: documents this model has encoded already)."""
+        ``doc_vectors`` / ``corpus``: documents this model has encoded already)."""
         from ...fingerprints import model_fingerprint
 
-        key = {"model": fingerprint or model_fingerprint(model), "dev": self.key, "max_length": self.max_length,
-               "v": 2}
-        return self.cache.json(stage, key, lambda: self.evaluate(model, doc_vectors))
+        fp = fingerprint or model_fingerprint(model)
+        key = {"model": fp, "dev": self.key, "max_length": self.max_length, "v": 3}
+        return self.cache.json(stage, key, lambda: self.evaluate(model, doc_vectors, fp, corpus))
 
     def score(self, stage: str, model, fingerprint: str | None = None) -> float:
         """``model``'s dev nDCG@10 (selection's), cached as ``stage``."""
@@ -141,7 +140,7 @@ class Method:
     #: the configuration of its measured row: AdaptConfig fields left at None, and its own options not
     #: given, take these values (applied once, by :func:`~hf_dr.adaptation.plan.resolve`)
     defaults: Mapping[str, Any] = {}
-    #: what differs from ``defaults`` when the training queries are generated from the corpus (#23;
+    #: what differs from ``defaults`` when the training queries are generated from the corpus (
     #: :func:`~hf_dr.adaptation.config.generates_queries`): the configuration of its measured corpus-only row
     generated_defaults: Mapping[str, Any] = {}
     #: the method's own options: a dataclass of :func:`option` fields (``hf-dr adapt`` makes a flag of

@@ -122,7 +122,7 @@ class BERMEncoder(EncoderMixin, PreTrainedModel):
     # ------------------------------------------------------------------ building / loading
     @classmethod
     def from_backbone(cls, path_or_id: str | os.PathLike, pooling: str = "cls", similarity: str = "dot",
-                      tokenizer=None, **config_kwargs) -> "BERMEncoder":
+                      tokenizer=None, **config_kwargs) -> BERMEncoder:
         """Wrap any encoder checkpoint (folder or Hub id) as a BERM encoder; ``config_kwargs``
         set other :class:`BERMConfig` fields (``max_query_length``, ``max_doc_length``)."""
         path_or_id = str(path_or_id)

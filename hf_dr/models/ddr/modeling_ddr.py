@@ -535,10 +535,10 @@ def _ffn_output_modules(base_model: nn.Module) -> list[nn.Module]:
     """The FFN output module of every layer of a BERT-family encoder (BERT, RoBERTa,
     ELECTRA, XLM-R, MiniLM...): ``encoder.layer[i].output``."""
     layers = getattr(getattr(base_model, "encoder", None), "layer", None)
-    if layers is None or not all(hasattr(l, "output") and hasattr(l, "intermediate") for l in layers):
+    if layers is None or not all(hasattr(layer, "output") and hasattr(layer, "intermediate") for layer in layers):
         raise ValueError(f"DDR's parallel adapter supports BERT-family encoders (encoder.layer[i].intermediate/"
                          f"output); {type(base_model).__name__} is not one. Use rem_type='lora' for other backbones.")
-    return [l.output for l in layers]
+    return [layer.output for layer in layers]
 
 
 def _check_dam(config: DDRConfig, dam_config, name) -> None:

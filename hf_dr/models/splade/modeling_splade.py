@@ -180,7 +180,7 @@ class SPLADECAI(EncoderMixin, PreTrainedModel):
         return self.mlm.get_input_embeddings()
 
     @classmethod
-    def from_backbone(cls, path_or_id: str, tokenizer=None, **config_kwargs) -> "SPLADECAI":
+    def from_backbone(cls, path_or_id: str, tokenizer=None, **config_kwargs) -> SPLADECAI:
         """Wrap an MLM checkpoint (e.g. ``naver/splade-cocondenser-ensembledistil`` or a
         folder) as SPLADE; ``config_kwargs`` set :class:`SPLADECAIConfig` fields."""
         mlm = AutoModelForMaskedLM.from_pretrained(str(path_or_id))

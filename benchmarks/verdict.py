@@ -1,0 +1,242 @@
+"""Does the verdict of `hf-dr adapt` hold on test queries it never saw? A calibration benchmark.
+
+    python benchmarks/verdict.py                  # the full grid (many CPU-hours on 2 cores)
+    python benchmarks/verdict.py --corpora scifact,arguana,msmarco-trecdl2019 --methods minilm:pseudo-margin-mse \
+        --seeds 0,1 --max-steps 60 --max-docs 1500 --max-length 128     # a reduced grid
+
+For each corpus, the benchmark writes one copy of the folder (``WORK/CORPUS-...``, corpus and
+queries linked or subsampled) whose judged test queries are split by a fixed seed: a fraction
+(``--dev-fraction``) becomes the judged dev queries (``qrels/dev.tsv``) and is removed from
+``qrels/test.tsv``, the only queries the benchmark reports on; a second copy is the same without
+``qrels/dev.tsv``. Training queries are the folder's own where it has training queries (SciFact's
+``qrels/train.tsv``), else generated from the corpus (``--queries generate``: ArguAna, TREC-DL,
+whose every query is judged). Then one `hf-dr adapt` per (corpus, method, seed, with / without
+judged dev queries), each a separate process, one at a time, every setting its default but the
+budget flags given here; each run is cached (its output folder's ``metrics.json``: a re-run skips
+it), so the grid resumes where it stopped.
+
+For every run: the verdict (and Sentence Transformers' word), the interval it states (the
+held-out judged queries' 95% interval, or the pseudo-dev one), and the test difference of the
+compared model (the output, or the best trained checkpoint when the start was kept) against the
+starting model. Summaries: how many "better on labelled queries" claims hold on the test queries
+(test difference > 0), how often the test difference falls inside the stated interval, how many
+test losses were let through as "better", the same for "better on pseudo-labels only", and how
+many runs without judged queries ship something below zero-shot. Results to
+``benchmarks/results/verdict.json`` (tables ``verdict`` and ``verdict_summary`` of docs/adapt.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import SHARED, command_line, machine, save_rows  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+MODELS = {"minilm": SHARED / "models" / "all-MiniLM-L6-v2", "splade-tiny": SHARED / "models" / "splade-tiny"}
+CORPORA = ("scifact", "arguana", "msmarco-trecdl2019")
+METHODS = ("minilm:pseudo-margin-mse", "splade-tiny:cai")
+LABELLED, PSEUDO_ONLY, KEPT = "better on labelled queries", "better on pseudo-labels only", "kept the starting model"
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def _qrels(path: Path) -> tuple[str, list[str]]:
+    head, *rows = path.read_text().replace("\r", "").splitlines()
+    return head, [r for r in rows if r.strip()]
+
+
+def _subsample_corpus(src: Path, dst: Path, keep: set[str], max_docs: int, seed: int) -> None:
+    """``dst``: ``src``'s corpus.jsonl cut to ``max_docs`` documents: the relevant ones (``keep``; a
+    seeded draw of them when they alone exceed ``max_docs``) and a seeded draw of the others."""
+    lines = src.read_text().splitlines()
+    ids = [json.loads(line)["_id"] for line in lines]
+    rng = random.Random(seed)
+    relevant = [i for i, d in enumerate(ids) if d in keep]
+    others = [i for i, d in enumerate(ids) if d not in keep]
+    rng.shuffle(relevant)
+    rng.shuffle(others)
+    chosen = set(relevant[:max_docs]) | set(others[:max(0, max_docs - len(relevant))])
+    dst.write_text("\n".join(lines[i] for i in sorted(chosen)) + "\n")
+
+
+def prepare(corpus: str, work: Path, dev_fraction: float, max_docs: int | None, split_seed: int = 0) -> dict:
+    """The two folders of ``corpus`` (with and without ``qrels/dev.tsv``), made once: ``{"with",
+    "without", "dev", "test", "generate"}``."""
+    src = SHARED / "data" / corpus
+    tag = f"{corpus}-dev{round(100 * dev_fraction)}" + (f"-docs{max_docs}" if max_docs else "")
+    folders = {v: work / f"{tag}-{v}" for v in ("with", "without")}
+    head, test_rows = _qrels(src / "qrels" / "test.tsv")
+    qids = sorted(dict.fromkeys(r.split("\t")[0] for r in test_rows if int(r.split("\t")[2]) > 0))
+    random.Random(split_seed).shuffle(qids)
+    dev = set(qids[:round(dev_fraction * len(qids))])
+    has_train = (src / "qrels" / "train.tsv").is_file()
+    for variant, out in folders.items():
+        if (out / "READY").is_file():
+            continue
+        (out / "qrels").mkdir(parents=True, exist_ok=True)
+        if max_docs:
+            keep = {r.split("\t")[1] for r in test_rows if int(r.split("\t")[2]) > 0}
+            _subsample_corpus(src / "corpus.jsonl", out / "corpus.jsonl", keep, max_docs, split_seed)
+        elif not (out / "corpus.jsonl").exists():
+            (out / "corpus.jsonl").symlink_to((src / "corpus.jsonl").resolve())
+        if not (out / "queries.jsonl").exists():
+            (out / "queries.jsonl").symlink_to((src / "queries.jsonl").resolve())
+        if has_train:
+            (out / "qrels" / "train.tsv").write_text((src / "qrels" / "train.tsv").read_text())
+        (out / "qrels" / "test.tsv").write_text(
+            "\n".join([head] + [r for r in test_rows if r.split("\t")[0] not in dev]) + "\n")
+        if variant == "with":
+            (out / "qrels" / "dev.tsv").write_text(
+                "\n".join([head] + [r for r in test_rows if r.split("\t")[0] in dev]) + "\n")
+        (out / "READY").write_text("")
+    return {**folders, "dev": len(dev), "test": len(qids) - len(dev), "generate": not has_train}
+
+
+def adapt_run(data: Path, out: Path, work_dir: Path, student: str, method: str, seed: int, a, generate: bool) -> dict:
+    """One `hf-dr adapt` (skipped when ``out/metrics.json`` exists); returns its metrics and the command."""
+    cmd = ["adapt", "--data", str(data), "--model", str(MODELS[student]), "--method", method, "--seed", str(seed),
+           "--output", str(out), "--work-dir", str(work_dir), "--overwrite"]
+    cmd += ["--kind", "sparse"] * (student == "splade-tiny") + ["--queries", "generate"] * generate
+    for flag in ("max_steps", "max_length", "batch_size"):
+        if getattr(a, flag) is not None:
+            cmd += [f"--{flag.replace('_', '-')}", str(getattr(a, flag))]
+    shown = "hf-dr " + " ".join(os.path.relpath(x, REPO) if x.startswith("/") else x for x in cmd)
+    if not (out / "metrics.json").is_file():
+        log(f"$ {shown}")
+        env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        subprocess.run([sys.executable, "-m", "hf_dr.cli", *cmd], cwd=REPO, check=True, env=env)
+    return {"metrics": json.loads((out / "metrics.json").read_text()), "command": shown}
+
+
+def judge(m: dict) -> dict:
+    """One run's verdict, stated interval and test differences (``compared``: the model the interval is
+    about: the output, or the best trained checkpoint when the start was kept)."""
+    before = m["before"]["ndcg@10"]
+    out_diff = m["after"]["ndcg@10"] - before
+    best = m.get("best_checkpoint")
+    compared = out_diff if not m["kept_starting_model"] else (best["ndcg@10"] - before if best else None)
+    iv = m.get("verdict_interval")
+    interval = {"on": iv["on"], "difference": iv["difference"], "half": iv["half_width"]} if iv else None
+    covered = None
+    if interval and interval["half"] is not None and compared is not None:
+        covered = abs(compared - interval["difference"]) <= interval["half"]
+    return {"verdict": m["verdict"], "word": m.get("verdict_word"), "output_test_difference": out_diff,
+            "compared_test_difference": compared, "interval": interval, "covered": covered,
+            "shipped_trained": not m["kept_starting_model"], "unverified": m.get("unverified") is not None,
+            "judged": m.get("judged_dev") is not None}
+
+
+def summary(rows: list[dict], judged: bool | None) -> dict:
+    """The counts of the issue over ``rows`` (runs with judged dev queries, without, or all)."""
+    rs = [r for r in rows if judged is None or r["judged"] == judged]
+    out = {"runs": len(rs)}
+    for name, verdict in (("labelled", LABELLED), ("pseudo", PSEUDO_ONLY)):
+        claims = [r for r in rs if r["verdict"] == verdict]
+        out[f"{name} claims"] = len(claims)
+        out[f"{name} held on test"] = sum(r["output_test_difference"] > 0 for r in claims)
+        out[f"{name} losses let through"] = sum(r["output_test_difference"] < 0 for r in claims)
+    with_interval = [r for r in rs if r["covered"] is not None]
+    out["intervals"] = len(with_interval)
+    out["test difference inside"] = sum(r["covered"] for r in with_interval)
+    out["shipped below zero-shot"] = sum(r["output_test_difference"] < 0 for r in rs)
+    out["kept start, unverified"] = sum(r["unverified"] for r in rs)
+    out["unverified worse on test"] = sum(r["unverified"] and (r["compared_test_difference"] or 0) < 0 for r in rs)
+    return out
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpora", default=",".join(CORPORA))
+    ap.add_argument("--methods", default=",".join(METHODS), help="student:method, comma-separated")
+    ap.add_argument("--seeds", default="0,1")
+    ap.add_argument("--variants", default="with,without", help="with / without judged dev queries")
+    ap.add_argument("--dev-fraction", type=float, default=0.5,
+                    help="of the judged test queries, judged dev queries (removed from the test split reported)")
+    ap.add_argument("--max-docs", type=int, default=None,
+                    help="a reduced corpus: every judged document and a seeded draw of the others, this many in all")
+    ap.add_argument("--max-steps", type=int, default=None, help="default: each method's")
+    ap.add_argument("--max-length", type=int, default=None, help="default: the model's own")
+    ap.add_argument("--batch-size", type=int, default=None)
+    ap.add_argument("--work", default="runs/verdict")
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    work = (REPO / a.work).resolve() if not Path(a.work).is_absolute() else Path(a.work)
+    budget = "-".join(f"{k}{getattr(a, k)}" for k in ("max_steps", "max_length", "batch_size")
+                      if getattr(a, k) is not None) or "defaults"
+    # what the rows and the summary are grouped by: the budget and the data (dev fraction, reduced corpus)
+    tag = f"{budget}-dev{round(100 * a.dev_fraction)}" + (f"-docs{a.max_docs}" if a.max_docs else "")
+    for corpus in a.corpora.split(","):
+        folders = prepare(corpus, work, a.dev_fraction, a.max_docs)
+        for spec in a.methods.split(","):
+            student, method = spec.split(":")
+            for seed in (int(s) for s in a.seeds.split(",")):
+                for variant in a.variants.split(","):
+                    data = folders[variant]
+                    out = work / f"{data.name}-{student}-{method}-seed{seed}-{budget}"
+                    # one work folder per corpus: both variants share the labels (the same training queries)
+                    res = adapt_run(data, out, work / f"work-{data.name.rsplit('-', 1)[0]}", student, method, seed, a,
+                                    folders["generate"])
+                    m, row = res["metrics"], judge(res["metrics"])
+                    save_rows("verdict", [_row(corpus, spec, seed, variant, folders, m, row, res["command"], tag)],
+                              merge_key=("table", "dataset", "system"))
+                    log(f"{corpus} {spec} seed {seed} {variant}: {row['verdict']} ({row['word']}), output test "
+                        f"difference {row['output_test_difference']:+.4f}")
+    save_rows("verdict", summaries_of(tag), merge_key=("table", "dataset", "system"))
+    return 0
+
+
+def summaries_of(budget: str) -> list[dict]:
+    """The summary rows over every run recorded with this budget (this command's and earlier ones':
+    the grid resumes across commands)."""
+    from common import RESULTS
+
+    runs = [r for r in json.loads((RESULTS / "verdict.json").read_text())
+            if r["table"] == "verdict" and r.get("budget") == budget]
+    corpora = ",".join(dict.fromkeys(r["dataset"] for r in runs))
+    methods = ",".join(sorted({r["method"] for r in runs}))
+    seeds = ",".join(str(s) for s in sorted({r["seed"] for r in runs}))
+    out = []
+    for label, flag in (("with judged dev queries", True), ("without judged dev queries", False)):
+        row = {"table": "verdict_summary", "dataset": corpora,
+               "system": f"{label} ({budget}; {methods}; seeds {seeds})", "budget": budget,
+               "command": command_line(), "machine": machine(),
+               "metrics": summary([r["judged_fields"] for r in runs], flag)}
+        log(f"{row['system']}: {row['metrics']}")
+        out.append(row)
+    return out
+
+
+def _row(corpus, spec, seed, variant, folders, m, row, command, budget) -> dict:
+    iv = row["interval"]
+    return {"table": "verdict", "dataset": corpus,
+            "system": f"{spec}, seed {seed}, {variant} judged dev queries ({budget}; {folders['dev']} dev / "
+                      f"{folders['test']} test queries)",
+            "command": command, "machine": machine(),
+            "metrics": {"verdict": f"{row['verdict']} ({row['word']})",
+                        "stated interval": "" if not iv or iv["half"] is None else
+                        f"{iv['difference']:+.4f} ± {iv['half']:.4f} ({iv['on']})",
+                        "test Δ (output)": round(row["output_test_difference"], 4),
+                        "test Δ (compared)": "" if row["compared_test_difference"] is None else
+                        round(row["compared_test_difference"], 4),
+                        "inside": "" if row["covered"] is None else ("yes" if row["covered"] else "no")},
+            "budget": budget, "method": spec, "seed": seed, "variant": variant, "judged_fields": row,
+            "verdict_sentence": m["verdict_sentence"], "judged_dev": m.get("judged_dev"),
+            "unverified": m.get("unverified"), "before": m["before"], "after": m["after"],
+            "best_checkpoint": m.get("best_checkpoint"), "minutes": m["budget"]["minutes"]}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
