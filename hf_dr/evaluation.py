@@ -16,7 +16,7 @@ from .retrieval.run import Run, top_k_run
 
 __all__ = ["EvalResult", "evaluate", "evaluate_run", "paired_ttest", "paired_t", "DEFAULT_METRICS", "parse_metric",
            "format_table", "RerankEvaluator", "remove_self_matches", "apply_self_match_rule", "aggregate_passages",
-           "passage_aggregation", "AGGREGATIONS"]
+           "passage_aggregation", "AGGREGATIONS", "n_documents"]
 
 DEFAULT_METRICS = ("ndcg@10", "recall@100", "recall@1000", "mrr@10")
 
@@ -183,7 +183,7 @@ def evaluate(retriever, data, k: int = 1000, metrics: Sequence[str] = DEFAULT_ME
     qrels = data.qrels if set(queries) >= set(data.qrels) else {q: data.qrels[q] for q in queries if q in data.qrels}
     how, depth = passage_aggregation(data, qrels, aggregate), k
     if how:
-        n_docs = _n_documents(data)
+        n_docs = n_documents(data)
         depth = min(len(data.corpus), k * math.ceil(len(data.corpus) / max(n_docs, 1)))
     run = retriever.search(queries, depth + int(ignore_identical_ids is not False), show_progress_bar=show_progress_bar)
     if how:
@@ -197,7 +197,7 @@ def evaluate(retriever, data, k: int = 1000, metrics: Sequence[str] = DEFAULT_ME
     return result
 
 
-def _n_documents(data) -> int:
+def n_documents(data) -> int:
     """How many documents a passage corpus holds (ids ``<doc>#<n>``)."""
     import pyarrow.compute as pc
 

@@ -323,3 +323,72 @@ def test_saved_model_loads_its_tokenizer_without_a_config_warning(kind, tiny_ber
         root.removeHandler(handler)
     assert model.tokenizer is not None and len(model.tokenizer) > 10
     assert not [r for r in records if "model of type" in r.getMessage()]
+
+
+def _ingested(tmp_path, tokenizer=None, max_tokens=40):
+    from hf_dr.ingest import ingest_folder
+    from tests.test_serving import documents_folder
+
+    docs = documents_folder(tmp_path / "docs")
+    out = tmp_path / "corpus"
+    report = ingest_folder(docs, out, tokenizer=str(tokenizer) if tokenizer else None, max_tokens=max_tokens,
+                           show_progress_bar=False)
+    return out, report
+
+
+def test_a_passage_corpus_is_published_with_its_sources_and_settings(tmp_path, capsys):
+    """``hf-dr push CORPUS --dataset`` on an ``hf-dr ingest`` folder: the passages (with their
+    metadata) in BEIR's Hub layout, the manifest and settings, and a card saying the sources, their
+    formats, the counts, what was skipped and why, and how the passages were cut."""
+    from datasets import load_dataset
+    from huggingface_hub import DatasetCard
+
+    src, report = _ingested(tmp_path)
+    assert cli(["push", str(src), "--dataset", "--local-dir", str(tmp_path / "OUT"), "--repo-id", "me/docs"]) == 0
+    out = tmp_path / "OUT"
+    assert {p.name for p in out.iterdir()} == {"README.md", "data", "manifest.jsonl", "ingest.json"}
+    back = load_dataset(str(out), "corpus", split="corpus")
+    lines = [json.loads(line) for line in (src / "corpus.jsonl").read_text().splitlines()]
+    assert [dict(r) for r in back] == lines and len(lines) == report["passages"]
+    card = DatasetCard.load(out / "README.md")
+    assert card.data.configs == [{"config_name": "corpus", "data_files": [{"split": "corpus",
+                                                                           "path": "data/corpus.parquet"}]}]
+    text = (out / "README.md").read_text()
+    assert f"A corpus of **{report['passages']} passages** cut from {report['ingested']} file(s)" in text
+    assert f"{report['files']} file(s) were found: {report['ingested']} read, {report['skipped']} skipped" in text
+    assert "| empty file | 1 |" in text and "| html | 1 |" in text and "| markdown | 1 |" in text
+    assert "| `notes/long report.txt` | text |" in text and "**40 whitespace-separated words**" in text
+    assert f"up to {report['overlap']} words" in text and 'load_dataset("me/docs", "corpus", split="corpus")' in text
+    for f in out.rglob("*"):
+        if f.is_file() and f.suffix != ".parquet":
+            assert str(tmp_path) not in f.read_text()
+
+
+def test_a_passage_corpus_names_its_tokenizer_not_its_path_and_uploads_in_one_call(tmp_path, tiny_bert_dir):
+    from hf_dr.hub import push_dataset
+
+    src, report = _ingested(tmp_path, tokenizer=tiny_bert_dir, max_tokens=64)
+    (src / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "vitamin D"}) + "\n")
+    (src / "qrels").mkdir()
+    first = json.loads((src / "corpus.jsonl").read_text().splitlines()[0])["_id"]
+    (src / "qrels" / "test.tsv").write_text(f"query-id\tcorpus-id\tscore\nq1\t{first}\t1\n")
+    calls = []
+
+    class FakeApi:  # the Hub is not reachable here: record what would be sent
+        def create_repo(self, repo_id, **kw):
+            calls.append(("create_repo", repo_id, kw["repo_type"]))
+
+        def upload_folder(self, folder_path, repo_id, repo_type, commit_message):
+            folder = Path(folder_path)
+            calls.append(("upload_folder", repo_id, repo_type, sorted(p.name for p in (folder / "data").iterdir()),
+                          (folder / "README.md").read_text(), json.loads((folder / "ingest.json").read_text())))
+            return "https://huggingface.co/datasets/me/docs/commit/1"
+
+    assert push_dataset(src, "me/docs", api=FakeApi()).endswith("/commit/1")
+    assert calls[0] == ("create_repo", "me/docs", "dataset")
+    _, _, _, files, readme, settings = calls[1]
+    assert files == ["corpus.parquet", "qrels-test.parquet", "queries.parquet"]
+    name = Path(tiny_bert_dir).name
+    assert f"**64 tokens of `{name}`'s tokenizer**" in readme and str(tiny_bert_dir) not in readme
+    assert settings["tokenizer"] == name and settings["passages"] == report["passages"]
+    assert 'queries = load_dataset("me/docs", "queries", split="queries")' in readme

@@ -547,3 +547,83 @@ def test_hf_dr_encode_says_what_its_max_length_cut(tiny_bert_dir, tmp_path, capl
                      "--max-length", "48", "--shard-size", "128", "--no-progress"]) == 0
     msgs = [r.getMessage() for r in caplog.records if r.name == "hf_dr.encoding"]
     assert len(msgs) == 1 and msgs[0].startswith(f"corpus: {n_over:,} of {len(docs):,} texts") and "truncated to 48" in msgs[0]
+
+
+# ---------------------------------------------------------------------------- a dataset of load_dataset
+def _rows(n: int = 6) -> list[dict]:
+    words = "vitamin bone heart rain protein cell river stone".split()
+    return [{"id": f"r{i}", "title": f"Row {i}",
+             "body": "\n\n".join(" ".join(words[(i + j + k) % len(words)] for k in range(9)) + "."
+                                 for j in range(4 + i))} for i in range(n)]
+
+
+def _corpus(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "corpus.jsonl").read_text().splitlines()]
+
+
+def test_a_dataset_folder_is_ingested_through_load_dataset_as_its_rows_as_a_table(tmp_path, capsys):
+    """``hf-dr ingest FOLDER --load-dataset --text-column body``: a local dataset folder read by
+    ``datasets.load_dataset`` gives the passages of the same rows written as a JSONL table (ids,
+    titles, texts, spans), its source the dataset's; a second run finds the staged rows."""
+    rows = _rows()
+    (tmp_path / "ds" / "data").mkdir(parents=True)
+    (tmp_path / "ds" / "data" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "table").mkdir()
+    (tmp_path / "table" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["--text-column", "body", "--max-tokens", "20", "--no-progress"]
+    assert main(["ingest", str(tmp_path / "ds"), "--load-dataset", "--output", str(tmp_path / "A"), *args]) == 0
+    assert main(["ingest", str(tmp_path / "table"), "--output", str(tmp_path / "B"), *args]) == 0
+    a, b = _corpus(tmp_path / "A"), _corpus(tmp_path / "B")
+    assert len(a) > len(rows) and [p["_id"] for p in a] == [p["_id"] for p in b] and a[0]["_id"] == "r0#0"
+    assert [(p["title"], p["text"], p["metadata"]["start"], p["metadata"]["end"]) for p in a] == \
+        [(p["title"], p["text"], p["metadata"]["start"], p["metadata"]["end"]) for p in b]
+    assert {p["metadata"]["source"] for p in a} == {"ds/train.parquet"}
+    report = json.loads((tmp_path / "A" / "ingest.json").read_text())
+    assert report["dataset"] == {"source": str(tmp_path / "ds"), "config": None, "split": "train", "rows": len(rows)}
+    assert main(["ingest", str(tmp_path / "ds"), "--load-dataset", "--output", str(tmp_path / "C"), *args]) == 0
+    assert (tmp_path / "C" / "corpus.jsonl").read_bytes() == (tmp_path / "A" / "corpus.jsonl").read_bytes()
+
+
+def test_a_hub_dataset_id_goes_through_load_dataset(tmp_path, monkeypatch, capsys):
+    """A Hub id (no such local path) is read with ``datasets.load_dataset(id, config, split=...)``
+    (replaced here by a local Dataset: the Hub is not reachable); a missing --text-column or column
+    is a sentence and exit status 2."""
+    import datasets
+
+    calls = []
+
+    def fake_load(path, name=None, split=None, **kw):
+        calls.append((path, name, split))
+        return datasets.Dataset.from_list(_rows(3))
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load)
+    out = tmp_path / "H"
+    assert main(["ingest", "someone/reports", "--output", str(out), "--text-column", "body", "--split", "test",
+                 "--dataset-config", "en", "--max-tokens", "20", "--no-progress"]) == 0
+    assert calls == [("someone/reports", "en", "test")]
+    corpus = _corpus(out)
+    assert {p["metadata"]["source"] for p in corpus} == {"reports/test.parquet"} and corpus[0]["_id"] == "r0#0"
+    assert json.loads((out / "ingest.json").read_text())["dataset"]["source"] == "someone/reports"
+    assert main(["push", str(out), "--dataset", "--local-dir", str(tmp_path / "repo")]) == 0  # its card names it
+    assert "The rows of the dataset `someone/reports` (configuration `en`), split `test` (3 rows), each row a " \
+        "document." in (tmp_path / "repo" / "README.md").read_text()
+    capsys.readouterr()
+    assert main(["ingest", "someone/reports", "--output", str(tmp_path / "I"), "--max-tokens", "20"]) == 2
+    assert "give --text-column" in capsys.readouterr().err
+    assert main(["ingest", "someone/reports", "--output", str(tmp_path / "J"), "--text-column", "nope",
+                 "--max-tokens", "20"]) == 2
+    err = capsys.readouterr().err
+    assert "has no column 'nope'" in err and "body" in err and "Traceback" not in err
+
+
+def test_a_data_file_is_read_with_its_formats_builder(tmp_path):
+    from datasets import Dataset
+
+    from hf_dr.ingest import ingest_dataset
+
+    Dataset.from_list(_rows(4)).to_parquet(str(tmp_path / "rows.parquet"))
+    report = ingest_dataset(str(tmp_path / "rows.parquet"), tmp_path / "P", text_column="body", max_tokens=20,
+                            show_progress_bar=False)
+    corpus = _corpus(tmp_path / "P")
+    assert report["passages"] == len(corpus) and {p["metadata"]["source"] for p in corpus} == {"rows/train.parquet"}
+    assert sorted({passage_doc(p["_id"]) for p in corpus}) == ["r0", "r1", "r2", "r3"]

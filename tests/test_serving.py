@@ -254,3 +254,168 @@ def test_berm_hits_highlight_their_essential_unit(tmp_path, tiny_bert_dir):
         assert h["why_html"].startswith(PASSAGE_HTML) and h["why_html"].count("<mark") == 1
         marked = re.search(r"<mark[^>]*>(.*?)</mark>", h["why_html"]).group(1)
         assert marked == __import__("html").escape(best)
+
+
+# ------------------------------------------------------------------ a folder of documents
+_TOPICS = ["vitamin D deficiency weakens the bones of older adults", "bone loss follows a long deficiency of calcium",
+           "the heart pumps blood through the arteries", "rain falls on the plains of the north",
+           "proteins fold into shapes that decide their function"]
+
+
+def documents_folder(path: Path) -> Path:
+    """Generated files: a long text (several passages of 40 words), a Markdown file with headings, an
+    HTML page, and an empty file (skipped by the ingest)."""
+    path.mkdir(parents=True)
+    paras = [f"Paragraph {i} says that {_TOPICS[i % len(_TOPICS)]}. It adds a second sentence about "
+             f"{_TOPICS[(i * 2 + 1) % len(_TOPICS)]}." for i in range(12)]
+    (path / "notes").mkdir()
+    (path / "notes" / "long report.txt").write_text("\n\n".join(paras) + "\n")
+    (path / "guide.md").write_text("# Bone health\n\n## Vitamins\n\nVitamin D keeps bones strong; its deficiency "
+                                   "brings bone loss.\n\n## Weather\n\nRain falls on the plains.\n")
+    (path / "page.html").write_text("<html><head><title>Hearts</title></head><body><article><h1>Hearts</h1>"
+                                    "<p>The heart pumps blood through the arteries of the body, day and night, "
+                                    "without rest.</p></article></body></html>")
+    (path / "empty.txt").write_text("")
+    return path
+
+
+@pytest.fixture
+def documents(tmp_path):
+    return documents_folder(tmp_path / "my documents")
+
+
+def _passages_run(engine, name, query):
+    """Every passage of the corpus ``name`` scored by the engine's BM25 for ``query``."""
+    data = engine.corpus(name, wait=60)
+    return engine.retriever(name, "BM25", wait=60).search({"q": query}, len(data.corpus))["q"]
+
+
+def test_a_folder_of_documents_is_ingested_and_its_hits_name_their_source(documents):
+    """The configured folder is ingested into passages (hf_dr.ingest, cached); each passage hit names
+    its file (the path inside the folder), page and character span, and its text is that span of the
+    file; the empty file is in no hit."""
+    from hf_dr.ingest import passage_doc
+
+    engine = _engine(corpus="", documents=f"mine={documents}", documents_max_words=40)
+    assert engine.corpus_names() == ["mine"]
+    hits = engine.search("mine", "BM25", QUERY, top_k=50, wait=60, results="passages")
+    run = _passages_run(engine, "mine", QUERY)
+    want = sorted(run.items(), key=lambda x: (-x[1], x[0]))
+    assert [h["doc_id"] for h in hits] == [p for p, _ in want][:50] and len(hits) == len(run)
+    assert [h["score"] for h in hits] == pytest.approx([s for _, s in want][:50], abs=1e-6)
+    sources = {h["source"] for h in hits}
+    assert sources <= {"notes/long report.txt", "guide.md", "page.html"} and "notes/long report.txt" in sources
+    long_text = (documents / "notes" / "long report.txt").read_text().strip()
+    long_hits = [h for h in hits if h["source"] == "notes/long report.txt"]
+    assert len(long_hits) > 3  # the long file is several passages
+    for h in hits:
+        assert h["page"] is None and h["passage_id"] == h["doc_id"] and passage_doc(h["doc_id"])
+        assert len(h["text"].split()) <= 40 and h["end"] > h["start"] >= 0
+    for h in long_hits:
+        assert long_text[h["start"]:h["end"]] == h["text"]
+        assert passage_doc(h["doc_id"]) == "notes/long%20report.txt"  # the id escapes the space; source keeps it
+    guide = [h for h in hits if h["source"] == "guide.md"]
+    assert guide and all(h["title"].startswith("Bone health") for h in guide)
+
+
+def test_documents_are_their_best_passage(documents):
+    """``results="documents"``: each file once, scored by its best passage (MaxP over every passage's
+    BM25 score), that passage shown, in MaxP order."""
+    from hf_dr.ingest import passage_doc
+
+    engine = _engine(corpus="", documents=f"mine={documents}", documents_max_words=40)
+    hits = engine.search("mine", "BM25", QUERY, top_k=10, wait=60)  # documents by default
+    run = _passages_run(engine, "mine", QUERY)
+    best: dict[str, tuple[float, str]] = {}
+    for p, s in run.items():
+        d = passage_doc(p)
+        if d not in best or s > best[d][0]:
+            best[d] = (s, p)
+    want = sorted(best.items(), key=lambda x: (-x[1][0], x[0]))
+    assert [h["doc_id"] for h in hits] == [d for d, _ in want] and len({h["source"] for h in hits}) == len(hits)
+    for h, (d, (s, _)) in zip(hits, want):
+        assert h["score"] == pytest.approx(s, abs=1e-6) and run[h["passage_id"]] == pytest.approx(s, abs=1e-6)
+        assert passage_doc(h["passage_id"]) == d
+    top2 = engine.search("mine", "BM25", QUERY, top_k=2, wait=60)
+    assert [h["doc_id"] for h in top2] == [d for d, _ in want[:2]]
+    from hf_dr.serving import UserError
+
+    with pytest.raises(UserError, match="documents or passages"):
+        engine.search("mine", "BM25", QUERY, results="files")
+
+
+def test_matched_terms_are_marked_as_bm25_matches_them(documents):
+    """Every word of a hit's passage whose BM25 term is one of the query's is marked, and no other:
+    stop words ("and") are not, inflections ("bones" for "bone") are."""
+    import html as html_lib
+
+    from hf_dr.retrieval import BM25Index
+    from hf_dr.serving import PASSAGE_HTML
+
+    engine = _engine(corpus="", documents=f"mine={documents}", documents_max_words=40)
+    analyzer = BM25Index.analyzer()
+    q_terms = set(analyzer.words([QUERY])[1][0])
+    for h in engine.search("mine", "BM25", QUERY, top_k=20, wait=60, results="passages"):
+        marked = re.findall(r"<mark>(.*?)</mark>", h["text_html"])
+        words = re.findall(r"(?u)\b\w\w+\b", h["text"])
+        want = [w for w in words if (analyzer.words([w])[1][0] or [None])[0] in q_terms]
+        assert marked == want and h["matched"] == list(dict.fromkeys(w.lower() for w in want))
+        assert h["text_html"].startswith(PASSAGE_HTML)
+        assert html_lib.unescape(re.sub(r"<[^>]+>", "", h["text_html"])) == h["text"]
+    hits = engine.search("mine", "BM25", "bone", top_k=5, wait=60, results="passages")
+    assert any("bones" in h["matched"] for h in hits) and not any("and" in h["matched"] for h in hits)
+
+
+def test_documents_are_cut_for_the_dense_model_and_ingested_once(documents, tiny_bert_dir, monkeypatch):
+    """Without ``documents_max_words`` the passages fit the dense model's window as its tokenizer counts
+    them; a second engine finds the ingested folder in the cache (nothing is ingested again)."""
+    from transformers import AutoTokenizer
+
+    import hf_dr.ingest.folder as folder
+
+    engine = _engine(corpus="", documents=f"mine={documents}", dense_model=str(tiny_bert_dir), device="cpu")
+    settings = engine.passage_settings()
+    window = engine.dense_model().encoding_settings(is_query=False)["max_length"]
+    assert settings["tokenizer"] == str(tiny_bert_dir) and settings["max_tokens"] == window
+    hits = engine.search("mine", "Dense", QUERY, top_k=4, wait=600, results="passages")
+    assert len(hits) == 4 and all(h["source"] for h in hits)
+    tok = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    data = engine.corpus("mine")
+    for title, text in zip(data.corpus["title"], data.corpus["text"]):
+        assert len(tok((title + " " + text).strip())["input_ids"]) <= window
+    calls = []
+    monkeypatch.setattr(folder, "_work", lambda *a, **k: calls.append(1))
+    again = _engine(corpus="", documents=f"mine={documents}", dense_model=str(tiny_bert_dir), device="cpu")
+    assert again.corpus("mine", wait=600).name == data.name and calls == []
+
+
+def test_a_folder_without_usable_documents_is_a_sentence(tmp_path):
+    bad = tmp_path / "private" / "bad"
+    bad.mkdir(parents=True)
+    (bad / "empty.txt").write_text("")
+    engine = _engine(corpus="", documents=f"bad={bad}", documents_max_words=40)
+    with pytest.raises(ValueError) as e:
+        engine.search("bad", "BM25", QUERY, wait=60)
+    message = engine.visitor_message(e.value)
+    assert message == "The folder of documents could not be searched: “bad” holds no usable document (1 file(s), " \
+        "all skipped: empty file: 1)"
+
+
+def test_a_pdf_hit_names_the_page_its_passage_starts_on(tmp_path):
+    """A hit of a PDF says its page: the passage about the query's terms is on page 2 of 3."""
+    from fpdf import FPDF
+
+    folder = tmp_path / "pdfs"
+    folder.mkdir()
+    pdf = FPDF()
+    for text in ("The river flows past the old mill in spring.", "Vitamin D deficiency and bone loss in the old.",
+                 "Rain falls on the plains of the north."):
+        pdf.add_page()
+        pdf.set_font("Helvetica", size=11)
+        pdf.multi_cell(0, 5, text)
+    pdf.output(str(folder / "report 2024.pdf"))
+    engine = _engine(corpus="", documents=f"pdfs={folder}", documents_max_words=12)
+    hits = engine.search("pdfs", "BM25", QUERY, top_k=3, wait=60, results="passages")
+    assert hits[0]["source"] == "report 2024.pdf" and hits[0]["page"] == 2
+    assert hits[0]["matched"] == ["vitamin", "deficiency", "bone", "loss"]
+    assert [h["page"] for h in engine.search("pdfs", "BM25", "river mill", top_k=1, wait=60)] == [1]

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from tests.conftest import REPO, SAMPLE, SPLADE_TINY
-from tests.test_serving import QUERY, small_beir
+from tests.test_serving import QUERY, documents_folder, small_beir
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from space_screenshot import APP, find_chromium, screenshot, start_app, stop_app  # noqa: E402  (the same driver as the docs)
@@ -57,9 +57,11 @@ def space(tiny_bert_dir, tmp_path_factory):
         stop_app(proc)
 
 
-def _query(space, retriever, query, *, corpus="corpus", dam="source DAM (the REM's own)", idf=True, k=5):
+def _query(space, retriever, query, *, corpus="corpus", dam="source DAM (the REM's own)", idf=True, k=5,
+           results="documents"):
     """``corpus``: a name in the Space's list (HF_DR_CORPUS's folder is named ``corpus``)."""
-    status, html, table = space["client"].predict(corpus, retriever, dam, idf, k, query, api_name="/search")
+    status, html, table = space["client"].predict(corpus, retriever, dam, idf, k, query, results,
+                                                  api_name="/search")
     return status, html, table["data"] if isinstance(table, dict) else table
 
 
@@ -113,7 +115,7 @@ def test_the_running_space_refuses_other_folders(space, tmp_path):
     other = _marked_beir(tmp_path / "other")
     for value in _hostile_corpora(other, space["corpus"]):
         try:
-            out = space["client"].predict(value, "BM25", "source DAM (the REM's own)", True, 5, QUERY,
+            out = space["client"].predict(value, "BM25", "source DAM (the REM's own)", True, 5, QUERY, "documents",
                                           api_name="/search")
         except Exception as e:  # noqa: BLE001 - gradio's own refusal of a value not in the list
             out = str(e)
@@ -183,7 +185,7 @@ def test_every_endpoint_serves_only_the_configured_corpus(app, tmp_path, monkeyp
             for value in hostile:
                 args = list(defaults)
                 args[i] = value
-                if i == 5 or (len(defaults) == 6 and not args[5]):
+                if i == 5 or (len(defaults) >= 6 and not args[5]):
                     args[5] = QUERY if i != 5 else value
                 out = f.fn(*args)
                 calls += 1
@@ -215,6 +217,32 @@ def test_the_corpus_list_shows_names_never_paths(app, tmp_path, monkeypatch):
     demo = app.build_demo(app.SpaceConfig(corpus="", corpora=f"alpha={a};beta={b}", prebuild=None))
     config = json.dumps(demo.get_config_file(), default=str)
     assert '"alpha"' in config and '"beta"' in config and str(tmp_path) not in config
+
+
+def test_a_folder_of_documents_shows_each_hits_file_page_and_marked_terms(app, tmp_path, monkeypatch):
+    """HF_DR_DOCUMENTS alone: only that folder is listed; each hit shows its file (the path inside the
+    folder, never the server's), its passage with the query's terms marked; documents once each, or
+    every passage."""
+    docs = documents_folder(tmp_path / "docs")
+    for k in ("HF_DR_CORPUS", "HF_DR_CORPORA", "HF_DR_SPACE_CONFIG"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("HF_DR_DOCUMENTS", f"mine={docs}")
+    monkeypatch.setenv("HF_DR_DOCUMENTS_MAX_WORDS", "40")
+    monkeypatch.setenv("HF_DR_PREBUILD", "")
+    monkeypatch.setenv("HF_DR_BUILD_WAIT", "600")
+    cfg = app.SpaceConfig.from_env()
+    assert cfg.corpus_map() == {"mine": str(docs)} and cfg.documents_max_words == 40
+    demo = app.build_demo(cfg)
+    search = next(f.fn for f in demo.fns.values() if f.api_name == "search")
+    status, html, rows = search("mine", "BM25", None, True, 10, QUERY, "documents")
+    files = [r[5] for r in rows]
+    assert "⚠️" not in status and len(files) == len(set(files)) and "notes/long report.txt" in files
+    assert html.count('class="source"') == len(rows) and "📄 notes/long report.txt" in html and "<mark>" in html
+    assert str(tmp_path) not in html + status
+    status, html, rows = search("mine", "BM25", None, True, 10, QUERY, "passages")
+    assert "passages" in status and len(rows) == 10 and len({r[5] for r in rows}) < len(rows)
+    status, _, rows = search("mine", "BM25", None, True, 10, QUERY, "chapters")
+    assert "documents or passages" in status and rows == []
 
 
 def test_errors_shown_to_visitors_carry_no_server_path(app, tmp_path, monkeypatch, caplog):

@@ -14,7 +14,12 @@ passages share up to --overlap tokens. CORPUS/manifest.jsonl says what became of
 link out of DIR — refused — or a loop). Bad files never stop the run; the exit status is 2 only
 when nothing usable was found. Streamed, resumable (run the same command again after a crash,
 ``kill -9`` included: the result equals an uninterrupted run's) and split over --workers processes,
-as ``hf-dr encode``. Needs the ``documents`` extra for PDF, DOCX and HTML: pip install "hf-dr[documents]"."""
+as ``hf-dr encode``.
+
+DIR may instead be a dataset of ``datasets.load_dataset`` — a Hub dataset id (``owner/name``), or,
+with --load-dataset, a local dataset folder or data file — read with --text-column (--split,
+--dataset-config): each row is a document, its rows staged once in the cache, then cut as a table's.
+Needs the ``documents`` extra for PDF, DOCX and HTML: pip install "hf-dr[documents]"."""
 
 from __future__ import annotations
 
@@ -26,7 +31,8 @@ def register(sub) -> None:
 
     p = sub.add_parser("ingest", help="a folder of documents -> a BEIR corpus of passages (sharded, resumable)",
                        description=__doc__)
-    p.add_argument("dir", metavar="DIR", help="the folder of files (read recursively; nothing outside it is read)")
+    p.add_argument("dir", metavar="DIR", help="the folder of files (read recursively; nothing outside it is read), "
+                                              "or a Hub dataset id (with --text-column)")
     p.add_argument("--output", required=True, help="the corpus folder (OUTPUT/corpus.jsonl, manifest.jsonl, ingest.json)")
     p.add_argument("--model", default=None, help="the model that will read the passages: its tokenizer counts "
                                                  "tokens, its max length is the window")
@@ -39,6 +45,11 @@ def register(sub) -> None:
                                                        "(without it such files are skipped, said so)")
     p.add_argument("--id-column", default=None, help="tables: the row id column (default _id or id, else path:row)")
     p.add_argument("--title-column", default="title", help="tables: the title column when there is one (default title)")
+    p.add_argument("--load-dataset", action="store_true",
+                   help="read DIR with datasets.load_dataset (implied for a Hub dataset id): a local dataset folder "
+                        "or data file; needs --text-column")
+    p.add_argument("--split", default="train", help="the dataset's split (Hub dataset / --load-dataset; default train)")
+    p.add_argument("--dataset-config", default=None, metavar="NAME", help="the dataset's configuration, if it has several")
     p.add_argument("--max-file-size", type=positive_int, default=DEFAULT_MAX_FILE_SIZE >> 20, metavar="MIB",
                    help=f"document files larger than this many MiB are skipped (default {DEFAULT_MAX_FILE_SIZE >> 20})")
     p.add_argument("--workers", type=positive_int, default=1, help="processes sharing the files (default 1)")
@@ -102,26 +113,44 @@ def documents_as_data(data: str, model: str | None, *, show_progress_bar: bool =
     return str(out)
 
 
+def _source(args) -> tuple:
+    """What reads DIR: ``(ingest_folder, {})`` for a folder of files, ``(ingest_dataset, {its options})``
+    for a dataset of datasets.load_dataset (a Hub id; a local path with --load-dataset)."""
+    from pathlib import Path
+
+    from ..cli import CLIError
+    from ..data.beir import looks_local
+    from ..ingest import ingest_dataset, ingest_folder
+
+    if args.load_dataset or (not Path(args.dir).exists() and not looks_local(args.dir)):
+        if not args.text_column:
+            raise CLIError(f"{args.dir} is read as a dataset (datasets.load_dataset): give --text-column, "
+                           "the column holding each row's text")
+        return ingest_dataset, {"source": args.dir, "split": args.split, "config": args.dataset_config}
+    if not Path(args.dir).is_dir():
+        raise CLIError(f"{args.dir} is not a folder (nor a Hub dataset id)")
+    return ingest_folder, {"src": args.dir}
+
+
 def run(args) -> int:
     from pathlib import Path
 
     from ..cli import CLIError
-    from ..ingest import IngestError, ingest_folder
+    from ..ingest import IngestError
     from ..io import check_output_folder, local_inputs, output_folder, partial_folder
 
     out = Path(args.output)
     inputs = local_inputs(args.dir, args.model)
     check_output_folder(out, overwrite=args.overwrite, inputs=inputs)  # before reading anything
-    if not Path(args.dir).is_dir():
-        raise CLIError(f"{args.dir} is not a folder")
+    ingest, source = _source(args)
     tokenizer, window, prompt = model_window(args.model, args.max_tokens, args.document_prompt)
     try:
         with output_folder(out, overwrite=args.overwrite, inputs=inputs, work=partial_folder(out)) as tmp:
-            r = ingest_folder(args.dir, tmp, tokenizer=tokenizer, max_tokens=window, overlap=args.overlap,
-                              prompt=prompt, text_column=args.text_column, id_column=args.id_column,
-                              title_column=args.title_column, max_file_size=args.max_file_size << 20,
-                              shard_size=args.shard_size, workers=args.workers,
-                              show_progress_bar=not args.no_progress, restart=args.overwrite)
+            r = ingest(output=tmp, tokenizer=tokenizer, max_tokens=window, overlap=args.overlap,
+                       prompt=prompt, text_column=args.text_column, id_column=args.id_column,
+                       title_column=args.title_column, max_file_size=args.max_file_size << 20,
+                       shard_size=args.shard_size, workers=args.workers,
+                       show_progress_bar=not args.no_progress, restart=args.overwrite, **source)
     except IngestError as e:
         if "begun with other settings" in str(e):
             raise CLIError(f"{e} (or pass --overwrite to start again)") from None

@@ -1,6 +1,8 @@
 """``hf-dr push``: publish a saved model (BERMEncoder, DDR REM or DAM, SPLADECAI, DenseEncoder), a
-dataset (``--dataset``) or the search Space (``--space``) to the Hugging Face Hub, with its card.
-``--local-dir OUT`` writes exactly the folder that would be uploaded, without network."""
+dataset (``--dataset``: parquet files, a ``save_to_disk`` folder, the pseudo-labels of ``hf-dr label``, or
+a passage corpus of ``hf-dr ingest``, with a card naming its sources and how they were cut) or the search
+Space (``--space``) to the Hugging Face Hub, with its card. ``--local-dir OUT`` writes exactly the folder
+that would be uploaded, without network."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ def register(sub) -> None:
     p = sub.add_parser("push", help="publish a model or dataset folder to the Hub (or write it with --local-dir)",
                        description=__doc__)
     p.add_argument("path", metavar="MODEL_DIR", help="a folder saved by a hf-dr model (or, with --dataset, "
-                   "a folder of parquet files / a datasets.save_to_disk folder)")
+                   "a folder of parquet files / a datasets.save_to_disk folder / a passage corpus written by "
+                   "hf-dr ingest)")
     p.add_argument("--repo-id", default=None, help="Hub repo id (owner/name); needed unless --local-dir")
     p.add_argument("--local-dir", default=None, metavar="OUT", help="write the repo folder here, upload nothing")
     p.add_argument("--metrics", nargs="+", default=[], metavar="JSON",

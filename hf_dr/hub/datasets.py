@@ -17,6 +17,7 @@ from typing import Any
 from ..io import local_inputs, read_json_or_empty
 from .cards import card_template, render_dataset_card, write_card
 from .errors import HubError
+from .passages import is_passage_corpus, write_passage_corpus
 from .paths import public_values
 from .publish import PLACEHOLDER_OWNER, check_out, publish, published_folder
 
@@ -81,6 +82,10 @@ def prepare_dataset_folder(data, out_dir: str | os.PathLike, *, repo_id: str | N
     ``card_vars`` are template variables. The template also gets ``repo_id``, ``splits``
     (``{split: n_rows}``), ``features`` (column -> type), ``n_rows`` and ``preview`` (a table).
 
+    A folder written by ``hf-dr ingest`` (a passage corpus) is published in BEIR's Hub layout with its
+    manifest and settings and a card naming its sources and how they were cut
+    (:mod:`hf_dr.hub.passages`, template ``dataset_passages``).
+
     A folder written by ``hf-dr label`` is published whole — the train triplets and the dev set —
     with its DoDress card (``dataset_pseudo_labels``, naming ``repo_id``) and ``stats.json``, unless
     another ``template`` is asked for.
@@ -88,6 +93,11 @@ def prepare_dataset_folder(data, out_dir: str | os.PathLike, *, repo_id: str | N
     out = Path(out_dir)
     inputs = local_inputs(data) if isinstance(data, (str, os.PathLike)) else []
     check_out(out, overwrite, inputs)
+    if isinstance(data, (str, os.PathLike)) and is_passage_corpus(data):
+        with published_folder(out, overwrite, inputs, [Path(data).resolve().parent]) as tmp:
+            write_passage_corpus(Path(data), tmp, repo_id=repo_id or f"{PLACEHOLDER_OWNER}/{out.resolve().name}",
+                                 template=template, card_data=card_data, license=license)
+        return out
     dd = _as_dataset_dict(data)
     stats = _pseudo_labels_stats(data)
     if stats is not None and template in (None, "dataset_pseudo_labels"):

@@ -102,6 +102,14 @@ class BM25Index:
         self.retriever = bm25s.BM25(k1=k1, b=b, method=method)
         self.retriever.index(tokens, show_progress=show_progress_bar)
 
+    @classmethod
+    def analyzer(cls, stemmer: str | None = "english", stopwords: str | list[str] | None = "en") -> BM25Index:
+        """An index of no document, for its :meth:`words` only: the terms an index with these
+        settings (by default, :data:`DEFAULT_PARAMS`'s) makes of a text. It searches nothing."""
+        self = cls.__new__(cls)
+        self._setup([], stemmer, stopwords, DEFAULT_PARAMS["k1"], DEFAULT_PARAMS["b"], DEFAULT_PARAMS["method"])
+        return self
+
     def _setup(self, doc_ids, stemmer, stopwords, k1, b, method) -> None:
         self._bm25s = import_bm25s()
         self.doc_ids = doc_ids if hasattr(doc_ids, "take") else [str(d) for d in doc_ids]

@@ -30,6 +30,24 @@ def corpus_name(path_or_id: str) -> str:
     return Path(path_or_id.rstrip("/\\")).name or path_or_id
 
 
+def _named(entries: list[str], out: dict[str, str]) -> dict[str, str]:
+    """``out`` with the ``name=folder`` (or bare folder / Hub id, named after its last part) entries added."""
+    for entry in entries:
+        entry = entry.strip()
+        name, sep, path = entry.partition("=")
+        if not sep or Path(entry).exists() or "/" in name or os.sep in name:
+            name, path = corpus_name(entry), entry  # a bare folder / Hub id: named after its last part
+        name, path = name.strip(), path.strip()
+        if not name or not path:
+            raise ValueError(f"bad corpus entry {entry!r}: use name=folder")
+        if name in out:
+            if out[name] == path:
+                continue
+            raise ValueError(f"two corpora are named {name!r}: name them (HF_DR_CORPORA=\"name=folder;...\")")
+        out[name] = path
+    return out
+
+
 @dataclass
 class ServingConfig:
     """Settings of a :class:`~hf_dr.serving.SearchEngine`.
@@ -48,10 +66,18 @@ class ServingConfig:
     switch does not change it). ``device``, ``dtype``
     (``auto`` | ``fp32`` | ``bf16`` | ``fp16``, :mod:`hf_dr.precision`), ``batch_size``: encoding;
     ``top_k``: results of a search by default.
+
+    ``documents``: folders of documents (PDF, DOCX, HTML, Markdown, text; or the output of ``hf-dr
+    ingest``), one or ``name=folder;name=folder`` like ``corpora``: each is listed with the corpora,
+    ingested once into passages (:mod:`hf_dr.ingest`, cached by the listing of its files), and its hits
+    name their file, page and passage. Passages fit ``dense_model``'s window (its tokenizer), or are
+    ``documents_max_words`` words when that is set (no model is loaded for them then).
     """
 
     corpus: str = field(default_factory=_default_corpus)
     corpora: str | None = None
+    documents: str | None = None
+    documents_max_words: int | None = None
     cache_size: int = 4
     build_wait: float = 20.0
     prebuild: str | None = "BM25,Dense"
@@ -71,27 +97,21 @@ class ServingConfig:
     top_k: int = 10
 
     def corpus_map(self) -> dict[str, str]:
-        """``{name shown to visitors: BEIR folder or Hub id}``, in the order of the list: the only
-        corpora the engine ever opens."""
+        """``{name shown to visitors: BEIR folder, Hub id or folder of documents}``, in the order of
+        the list (the corpora, then the folders of documents): the only corpora the engine ever opens."""
         entries = ([self.corpus] if self.corpus else []) + [
             e for e in re.split(r"[;\n]", self.corpora or "") if e.strip()]
-        out: dict[str, str] = {}
-        for entry in entries:
-            entry = entry.strip()
-            name, sep, path = entry.partition("=")
-            if not sep or Path(entry).exists() or "/" in name or os.sep in name:
-                name, path = corpus_name(entry), entry  # a bare folder / Hub id: named after its last part
-            name, path = name.strip(), path.strip()
-            if not name or not path:
-                raise ValueError(f"bad corpus entry {entry!r}: use name=folder")
-            if name in out:
-                if out[name] == path:
-                    continue
-                raise ValueError(f"two corpora are named {name!r}: name them (HF_DR_CORPORA=\"name=folder;...\")")
-            out[name] = path
+        out = _named(entries, {})
+        out = _named([e for e in re.split(r"[;\n]", self.documents or "") if e.strip()], out)
         if not out:
-            raise ValueError("no corpus configured: set HF_DR_CORPUS or HF_DR_CORPORA")
+            raise ValueError("no corpus configured: set HF_DR_CORPUS, HF_DR_CORPORA or HF_DR_DOCUMENTS")
         return out
+
+    def documents_map(self) -> dict[str, str]:
+        """``{name: folder}`` of ``documents``: the corpora of :meth:`corpus_map` ingested first."""
+        if not self.documents:
+            return {}
+        return _named([e for e in re.split(r"[;\n]", self.documents) if e.strip()], {})
 
     def index_map(self) -> dict[tuple[str, str], str]:
         """``{(corpus name, retriever): saved index folder}`` from ``indexes`` (``corpus:BM25=folder;...``)."""

@@ -2,6 +2,11 @@
 (BM25, dense, BERM, DDR on a chosen DAM, SPLADE-CAI with / without IDF, the BM25 + dense hybrid, a
 Qdrant collection), each index built once in the background and kept in a bounded LRU.
 
+A corpus may be a folder of documents (``ServingConfig.documents``): it is ingested into passages
+first (cached), and each hit names its file, page and passage. Every hit's passage comes with the
+query's terms marked, as BM25 matches them; results are documents (passages scored as their
+document, MaxP, the best passage shown) or passages.
+
 Whoever calls it (a visitor of a page) only ever names a configured corpus: any other value (a
 path, a Hub id) is refused with :data:`UNKNOWN_CORPUS`, and :meth:`SearchEngine.visitor_message`
 turns any error into a sentence without server paths nor traceback (the detail goes to the log).
@@ -17,13 +22,17 @@ from pathlib import Path
 
 from .cache import BuildCache
 from .config import ServingConfig
-from .highlight import essential_unit, matched_terms
+from .highlight import essential_unit, mark_query_terms, matched_terms
 
 logger = logging.getLogger(__name__)
 
 RETRIEVERS = ("BM25", "Dense", "BERM", "DDR", "SPLADE-CAI", "Hybrid (BM25 + dense)", "Qdrant")
 SOURCE_DAM = "source DAM (the REM's own)"
 UNKNOWN_CORPUS = "unknown corpus: choose one of the corpora in the list"
+#: what a search returns: documents (a document's passages scored as it, MaxP) or the passages themselves
+RESULTS = ("documents", "passages")
+#: a hit's passage is shown up to this many characters (a passage of documents is shorter than its window)
+SHOWN_CHARS = 1500
 
 
 class UserError(Exception):
@@ -82,6 +91,7 @@ class SearchEngine:
     def __init__(self, cfg: ServingConfig):
         self.cfg = cfg
         self.corpora = cfg.corpus_map()  # name -> folder / Hub id: never shown to visitors
+        self.documents = cfg.documents_map()  # the corpora that are folders of documents, ingested first
         self.saved = cfg.index_map()  # (corpus name, retriever) -> saved index folder
         unknown = sorted({n for n, _ in self.saved} - set(self.corpora))
         if unknown:
@@ -123,12 +133,15 @@ class SearchEngine:
         detail goes to the server log)."""
         from ..data import BeirFormatError
         from ..models.ddr import DAMMismatchError
+        from .documents import NoDocuments
 
         if isinstance(e, UserError):
             return self.public(str(e))
         logger.error("search failed", exc_info=e)
         if isinstance(e, DAMMismatchError):
             return self.public(f"This DAM does not fit the REM: {e}")
+        if isinstance(e, NoDocuments):
+            return self.public(f"The folder of documents could not be searched: {e}")
         if isinstance(e, BeirFormatError):
             return self.public(f"The corpus could not be loaded: {e}")
         if isinstance(e, (OSError, ValueError, ImportError)):  # unreadable model / corpus, offline Hub ids
@@ -137,10 +150,33 @@ class SearchEngine:
 
     # -- cached pieces --------------------------------------------------------------------
     def corpus(self, name: str, wait: float | None = None, on_wait=None):
-        from ..data import load_beir
-
+        """The corpus ``name`` (a :class:`~hf_dr.data.BeirData`, loaded once, kept in the LRU); that of
+        a folder of documents (or of ``hf-dr ingest``'s output) has ``passage_sources``
+        (:class:`~hf_dr.serving.documents.PassageSources`), None otherwise."""
         name = self._check_corpus(name)
-        return self._corpora.get(name, lambda: load_beir(self.corpora[name], split=None), wait, on_wait)
+        return self._corpora.get(name, lambda: self._load_corpus(name), wait, on_wait)
+
+    def _load_corpus(self, name: str):
+        from ..data import load_beir
+        from .documents import ingest_documents, is_ingested, load_passages
+
+        path = self.corpora[name]
+        if name in self.documents or is_ingested(path):
+            folder = ingest_documents(path, **self.passage_settings()) if name in self.documents else path
+            data, sources = load_passages(folder)
+        else:
+            data, sources = load_beir(path, split=None), None
+        data.passage_sources = sources
+        return data
+
+    def passage_settings(self) -> dict:
+        """How the folders of documents are cut into passages: ``documents_max_words`` words, or
+        ``dense_model``'s window as its tokenizer counts it (with its document prompt)."""
+        if self.cfg.documents_max_words:
+            return {"tokenizer": None, "max_tokens": int(self.cfg.documents_max_words), "prompt": ""}
+        settings = self.dense_model().encoding_settings(is_query=False)
+        return {"tokenizer": self.cfg.dense_model, "max_tokens": int(settings["max_length"]),
+                "prompt": settings["prefix"] or ""}
 
     def model(self, key: tuple, load):
         def build():
@@ -336,22 +372,36 @@ class SearchEngine:
         return r[bool(use_idf)] if retriever == "SPLADE-CAI" else r
 
     # -- search ---------------------------------------------------------------------------
-    def search(self, corpus: str, retriever: str, query: str, dam: str | None = None, use_idf: bool = True,
-               top_k: int = 10, progress=None, wait: float | None = None) -> list[dict]:
-        """Ranked hits ``[{doc_id, score, title, text, why, why_html}]`` for one query on the
-        configured corpus named ``corpus``."""
+    def _check_search(self, corpus, retriever, query, dam, top_k, results) -> tuple[str, str, int]:
+        """The checked ``(corpus name, query, top_k)`` of a search; a :class:`UserError` for bad input."""
         name = self._check_corpus(corpus)
         if not isinstance(query, str) or not query.strip():
             raise UserError("Type a query first.")
-        query = query.strip()
         if not isinstance(retriever, str) or retriever not in RETRIEVERS:
             raise UserError("unknown retriever: choose one in the list")
         if dam is not None and not isinstance(dam, str):
             raise UserError("unknown DAM")
+        if results not in RESULTS:
+            raise UserError(f"results are {' or '.join(RESULTS)}")
         try:
             top_k = max(1, min(1000, int(top_k or self.cfg.top_k)))
         except (TypeError, ValueError):
             raise UserError("the number of results must be a number") from None
+        return name, query.strip(), top_k
+
+    def search(self, corpus: str, retriever: str, query: str, dam: str | None = None, use_idf: bool = True,
+               top_k: int = 10, progress=None, wait: float | None = None, results: str = "documents") -> list[dict]:
+        """Ranked hits for one query on the configured corpus named ``corpus``: ``[{doc_id, passage_id,
+        score, title, text, source, page, start, end, matched, text_html, why, why_html}]``.
+
+        ``results="documents"``: on a corpus of passages (a folder of documents), each document once,
+        scored by its best passage (MaxP, :func:`hf_dr.evaluation.aggregate_passages`), that passage
+        shown (``passage_id``); ``"passages"``: the passages themselves (``doc_id`` is the passage's).
+        On a BEIR corpus both are its documents. ``source`` / ``page`` / ``start`` / ``end``: where the
+        passage comes from (its file, 1-based page or None, character span), None on a BEIR corpus.
+        ``text_html``: the passage with the query's terms marked (``matched``: those words), as BM25
+        matches them; ``why`` / ``why_html``: SPLADE-CAI's matched terms, BERM's essential unit."""
+        name, query, top_k = self._check_search(corpus, retriever, query, dam, top_k, results)
         progress = progress or (lambda *a, **k: None)
         progress(0.0, desc="Loading the corpus")
         wait = self.cfg.build_wait if wait is None else wait
@@ -360,28 +410,69 @@ class SearchEngine:
             data = self.corpus(name, wait)
         except TimeoutError:
             raise StillBuilding(f"The corpus “{name}” is being loaded: try again in a moment.") from None
-        run = r.search({"q": query}, top_k)["q"]
+        ranked = self._ranked(r, data, query, top_k, results == "documents" and data.passage_sources is not None)
         # the rows of the hits only, looked up in the memory-mapped corpus (nothing of its size is made)
-        pos = {d: i for d, i in zip(run, data.rows_of(list(run))) if i is not None}
-        why: dict[str, tuple[str, str]] = {}
+        pos = {p: i for p, i in zip([p for _, p, _ in ranked], data.rows_of([p for _, p, _ in ranked]))
+               if i is not None}
+        if len(pos) < len(ranked):  # a Qdrant collection of another corpus than the one shown
+            raise UserError(f"a document of the Qdrant collection is not in the corpus “{name}”: "
+                            "choose the corpus the collection was built from")
+        why = self._why(r, retriever, data, query, [p for _, p, _ in ranked], pos)
+        progress(1.0, desc="Done")
+        return [self._hit(data, pos[p], d, p, s, query, why.get(p, ("", ""))) for d, p, s in ranked]
+
+    def _ranked(self, r, data, query: str, top_k: int, as_documents: bool) -> list[tuple[str, str, float]]:
+        """``[(document or passage id, the passage shown, score)]``, best first. Documents: the
+        passages retrieved deep enough for ``top_k`` documents (the average passages per document,
+        deeper while fewer come back), scored as their document by MaxP."""
+        from ..evaluation import aggregate_passages, n_documents
+        from ..ingest import passage_doc
+
+        if not as_documents:
+            run = r.search({"q": query}, top_k)["q"]
+            return [(p, p, float(s)) for p, s in sorted(run.items(), key=lambda x: (-x[1], x[0]))[:top_k]]
+        n = len(data.corpus)
+        if getattr(data, "n_documents", None) is None:
+            data.n_documents = n_documents(data)
+        depth = min(n, top_k * -(-n // max(1, data.n_documents)))
+        while True:
+            run = r.search({"q": query}, depth)
+            docs = aggregate_passages(run, "maxp")["q"]
+            if len(docs) >= top_k or depth >= n:
+                break
+            depth = min(n, depth * 4)
+        best: dict[str, tuple[float, str]] = {}
+        for p, s in run["q"].items():
+            d = passage_doc(p) or p
+            if d not in best or (-s, p) < (-best[d][0], best[d][1]):  # the best passage; ties: the first id
+                best[d] = (s, p)
+        ranked = sorted(docs.items(), key=lambda x: (-x[1], x[0]))[:top_k]
+        return [(d, best[d][1], float(s)) for d, s in ranked]
+
+    def _why(self, r, retriever: str, data, query: str, passages: list[str], pos: dict) -> dict:
+        """Why each shown passage matched, for the retrievers that say: ``{passage id: (text, HTML)}``."""
         if retriever == "BERM":
             def text(i):
                 row = data.corpus[i]
                 return (row["title"] + " " + row["text"]).strip()
 
-            why = {d: essential_unit(r.encoder, query, text(pos[d])) for d in run if d in pos}
-        elif retriever == "SPLADE-CAI":
-            why = matched_terms(r, query, [pos[d] for d in run], list(run))
-        progress(1.0, desc="Done")
-        ranked = sorted(run.items(), key=lambda x: (-x[1], x[0]))[:top_k]
-        hits = []
-        for d, s in ranked:
-            if d not in pos:  # a Qdrant collection of another corpus than the one shown
-                raise UserError(f"a document of the Qdrant collection is not in the corpus “{name}”: "
-                                "choose the corpus the collection was built from")
-            row = data.corpus[pos[d]]
-            w_text, w_html = why.get(d, ("", ""))
-            hits.append({"doc_id": d, "score": float(s), "title": row["title"], "text": row["text"],
-                         "why": w_text, "why_html": w_html})
-        return hits
+            return {p: essential_unit(r.encoder, query, text(pos[p])) for p in passages}
+        if retriever == "SPLADE-CAI":
+            return matched_terms(r, query, [pos[p] for p in passages], passages)
+        return {}
 
+    def _analyzer(self):
+        """The BM25 analysis (words, stop words, stems) that marks a query's terms in a passage."""
+        from ..retrieval import BM25Index
+
+        return self._models.get(("bm25-analyzer",), BM25Index.analyzer)
+
+    def _hit(self, data, row: int, doc_id: str, passage_id: str, score: float, query: str,
+             why: tuple[str, str]) -> dict:
+        item = data.corpus[row]
+        meta = data.passage_sources.get(row, passage_id) if data.passage_sources is not None else {}
+        matched, text_html = mark_query_terms(self._analyzer(), query, item["text"], SHOWN_CHARS)
+        return {"doc_id": doc_id, "passage_id": passage_id, "score": score, "title": item["title"],
+                "text": item["text"], "source": meta.get("source"), "page": meta.get("page"),
+                "start": meta.get("start"), "end": meta.get("end"), "matched": matched, "text_html": text_html,
+                "why": why[0], "why_html": why[1]}

@@ -1,12 +1,42 @@
-"""Why a hit matched, as plain text and as HTML: SPLADE's matched terms (query x document weight)
-and BERM's essential matching unit highlighted in its passage."""
+"""Why a hit matched, as plain text and as HTML: the query's terms marked in the passage (every
+hit), SPLADE's matched terms (query x document weight) and BERM's essential matching unit
+highlighted in its passage."""
 
 from __future__ import annotations
 
 import html
+import re
 
 #: how the HTML of :func:`essential_unit` starts: a page shows it in place of the hit's text
 PASSAGE_HTML = '<div class="passage">'
+
+
+#: a word as BM25 (bm25s) reads one: two or more letters or digits
+_WORD = re.compile(r"(?u)\b\w\w+\b")
+
+
+def mark_query_terms(analyzer, query: str, text: str, max_chars: int | None = None) -> tuple[list[str], str]:
+    """The passage ``text`` with the words that match a term of ``query`` marked, as BM25 matches them
+    (the same words, stop words and stems: ``analyzer`` is a :class:`~hf_dr.retrieval.BM25Index`, its
+    :meth:`~hf_dr.retrieval.BM25Index.words`): ``(the matched words, in order of first appearance,
+    HTML)``; the HTML starts with :data:`PASSAGE_HTML`. ``max_chars`` cuts a longer text at a word
+    boundary (``…`` after it)."""
+    cut = text
+    if max_chars is not None and len(text) > max_chars:
+        cut = text[:max_chars].rsplit(" ", 1)[0] if " " in text[:max_chars] else text[:max_chars]
+    terms = set(analyzer.words([query])[1][0])
+    spans = [(m.start(), m.end(), m.group().lower()) for m in _WORD.finditer(cut)] if terms else []
+    unique = sorted({w for _, _, w in spans})
+    stems = dict(zip(unique, analyzer.words(unique)[1])) if unique else {}
+    out, at, matched = [], 0, []
+    for start, end, word in spans:
+        if stems.get(word) and stems[word][0] in terms:
+            out += [html.escape(cut[at:start]), f"<mark>{html.escape(cut[start:end])}</mark>"]
+            at = end
+            if word not in matched:
+                matched.append(word)
+    out.append(html.escape(cut[at:]) + ("…" if len(cut) < len(text) else ""))
+    return matched, PASSAGE_HTML + "".join(out) + "</div>"
 
 
 def matched_terms(retriever, query: str, rows: list[int], doc_ids: list[str]) -> dict[str, tuple[str, str]]:

@@ -2,8 +2,12 @@
 
 Choose a corpus (from the owner's list; the bundled SciFact sample by default), a retriever (BM25,
 dense, BERM, DDR with a DAM per target domain, SPLADE-CAI with / without IDF, or the BM25 + dense
-hybrid), type a query, read the ranked list. SPLADE hits show the query / document term weights that
-matched; BERM hits highlight their essential matching unit.
+hybrid), type a query, read the ranked list. Each hit shows its passage with the query's terms marked;
+SPLADE hits show the query / document term weights that matched; BERM hits highlight their essential
+matching unit. A corpus may be a folder of documents (PDF, Word, HTML, Markdown, text): it is
+ingested into passages once (``hf-dr ingest``'s machinery, cached), and each hit names its file and
+page. Results are documents (each file once, scored by its best passage, that passage shown) or
+passages.
 
 Visitors only ever pick a corpus *name*: every endpoint refuses any other value (a path, a Hub id)
 with "unknown corpus", and messages shown to visitors carry no server path and no traceback (the
@@ -23,6 +27,12 @@ HF_DR_CORPUS           one BEIR folder (or ``name=folder``; default: the bundled
 HF_DR_CORPORA          several corpora: ``name=folder;name=folder`` (``;`` or new lines between
                        entries; a Hub dataset id also works as the folder). Without HF_DR_CORPUS
                        only these are offered; with it, HF_DR_CORPUS comes first
+HF_DR_DOCUMENTS        folders of documents (``name=folder;name=folder``, or one folder; a folder
+                       written by ``hf-dr ingest`` too), listed after the corpora; ingested into
+                       passages once (cached), each hit naming its file, page and passage. Without
+                       HF_DR_CORPUS only these (and HF_DR_CORPORA's) are offered
+HF_DR_DOCUMENTS_MAX_WORDS  passages of this many words (default: HF_DR_DENSE_MODEL's window, counted
+                       with its tokenizer)
 HF_DR_CACHE_SIZE       built indexes kept (LRU, default 4; loaded corpora: the same bound)
 HF_DR_BUILD_WAIT       seconds a search waits for an index being built (default 20)
 HF_DR_PREBUILD         retrievers built for every configured corpus at start-up, in the background
@@ -70,7 +80,8 @@ import gradio as gr  # noqa: E402
 from hf_dr.serving import (PASSAGE_HTML, SOURCE_DAM, SearchEngine, ServingConfig,  # noqa: E402
                            available_retrievers)
 
-TABLE_HEADERS = ["rank", "doc_id", "score", "title", "why"]
+TABLE_HEADERS = ["rank", "doc_id", "score", "title", "why", "file", "page"]
+RESULTS_CHOICES = ["documents", "passages"]
 
 
 # ---------------------------------------------------------------------------- configuration
@@ -97,16 +108,16 @@ class SpaceConfig(ServingConfig):
             env = os.environ.get(f"HF_DR_{f.name.upper()}")
             if env is not None:
                 values[f.name] = env
-        for k in ("batch_size", "top_k", "cache_size", "concurrency"):
-            if k in values:
+        for k in ("batch_size", "top_k", "cache_size", "concurrency", "documents_max_words"):
+            if values.get(k) not in (None, ""):
                 values[k] = int(values[k])
         if "build_wait" in values:
             values["build_wait"] = float(values["build_wait"])
         unknown = set(values) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"unknown Space settings {sorted(unknown)}")
-        if values.get("corpora") and "corpus" not in values:
-            values["corpus"] = ""  # HF_DR_CORPORA alone: only its corpora, not the bundled sample
+        if (values.get("corpora") or values.get("documents")) and "corpus" not in values:
+            values["corpus"] = ""  # HF_DR_CORPORA / _DOCUMENTS alone: only those, not the bundled sample
         if "dtype" in values:  # checked at start-up: a bad value is a clear error, not a failure at the first query
             from hf_dr.precision import canonical_dtype
 
@@ -121,24 +132,30 @@ CSS = """
 .hit .head {font-weight: 600;} .hit .score {color: #2563eb; font-family: monospace; margin-left: 8px;}
 .hit .doc {color: #6b7280; font-size: 0.85em; margin-left: 8px;}
 .hit .text {margin-top: 4px; font-size: 0.92em;}
+.hit .source {color: #374151; font-size: 0.85em; margin-top: 2px;}
 .term {display: inline-block; background: #eef2ff; border-radius: 6px; padding: 1px 6px; margin: 2px;}
 mark {background: #fde68a; padding: 0 2px;}
 """
 
 
-def render_hits(hits: list[dict], max_chars: int = 400) -> str:
+def render_hits(hits: list[dict]) -> str:
+    """The hits as HTML: title, score and id; the file and page of a passage of documents; the
+    passage with the query's terms marked (BERM: its essential unit instead); SPLADE's terms."""
     if not hits:
         return "<p>No document matched.</p>"
     out = []
     for i, h in enumerate(hits, 1):
-        if h["why_html"].startswith(PASSAGE_HTML):  # BERM: the passage with its essential unit marked
-            body, extra = h["why_html"], ""
-        else:
-            body = html.escape(h["text"][:max_chars]) + ("…" if len(h["text"]) > max_chars else "")
-            extra = h["why_html"]
-        out.append(f'<div class="hit"><div class="head">{i}. {html.escape(h["title"] or "(untitled)")}'
+        berm = h["why_html"].startswith(PASSAGE_HTML)  # BERM: the passage with its essential unit marked
+        body, extra = (h["why_html"], "") if berm else (h["text_html"], h["why_html"])
+        source = ""
+        if h.get("source"):
+            where = f" · page {h['page']}" if h.get("page") else ""
+            source = (f'<div class="source">📄 {html.escape(h["source"])}{where} · characters '
+                      f'{h["start"]}–{h["end"]}</div>')
+        title = h["title"] or (h.get("source") or "").rsplit("/", 1)[-1] or "(untitled)"
+        out.append(f'<div class="hit"><div class="head">{i}. {html.escape(title)}'
                    f'<span class="score">{h["score"]:.4f}</span><span class="doc">{html.escape(h["doc_id"])}</span>'
-                   f'</div><div class="text">{body}</div>{extra}</div>')
+                   f'</div>{source}<div class="text">{body}</div>{extra}</div>')
     return "\n".join(out)
 
 
@@ -151,22 +168,26 @@ def build_demo(cfg: SpaceConfig | None = None, engine: SearchEngine | None = Non
     dam_choices = [SOURCE_DAM, *cfg.dams()]
     names = engine.corpus_names()
 
-    def run_search(corpus, retriever, dam, use_idf, top_k, query, progress=gr.Progress()):
+    def run_search(corpus, retriever, dam, use_idf, top_k, query, results="documents", progress=gr.Progress()):
         # every endpoint of this app goes through here: a client can send anything for any argument
         try:
-            hits = engine.search(corpus, retriever, query, dam=dam, use_idf=use_idf, top_k=top_k, progress=progress)
+            hits = engine.search(corpus, retriever, query, dam=dam, use_idf=use_idf, top_k=top_k, progress=progress,
+                                 results=results)
         except Exception as e:  # noqa: BLE001 - visitors get a message, the log keeps the detail
             return _error(engine.visitor_message(e))
-        rows = [[i, h["doc_id"], round(h["score"], 4), h["title"], h["why"]] for i, h in enumerate(hits, 1)]
+        rows = [[i, h["doc_id"], round(h["score"], 4), h["title"], h["why"], h["source"] or "", h["page"] or ""]
+                for i, h in enumerate(hits, 1)]
         label = retriever + (f" · DAM {dam}" if retriever == "DDR" else "") + (
             f" · {'with' if use_idf else 'without'} IDF" if retriever == "SPLADE-CAI" else "")
-        status = (f"**{len(hits)} results** for “{html.escape(query.strip())}” · {html.escape(label)} · "
+        what = "passages" if results == "passages" else "results"
+        status = (f"**{len(hits)} {what}** for “{html.escape(query.strip())}” · {html.escape(label)} · "
                   f"corpus “{html.escape(corpus)}”")
         return status, render_hits(hits), rows
 
     with gr.Blocks(title="hf-dr search demo") as demo:
         gr.Markdown("# hf-dr search demo\nDomain-adapted retrievers over BEIR corpora: BM25, dense, BERM, "
-                    "DDR (swappable DAMs), SPLADE-CAI and a hybrid. Indexes are built once per corpus and model.")
+                    "DDR (swappable DAMs), SPLADE-CAI and a hybrid, over BEIR corpora and folders of documents "
+                    "(each hit names its file and page). Indexes are built once per corpus and model.")
         if notes:  # for the Space's owner: closed, so visitors see the search first
             with gr.Accordion("Retrievers not offered here", open=False, elem_id="notes-box"):
                 gr.Markdown("\n".join(f"- {n}" for n in notes), elem_id="notes")
@@ -180,6 +201,9 @@ def build_demo(cfg: SpaceConfig | None = None, engine: SearchEngine | None = Non
             use_idf = gr.Checkbox(value=True, label="SPLADE-CAI: IDF weights on documents", visible=False,
                                   elem_id="idf")
             top_k = gr.Slider(1, 50, value=cfg.top_k, step=1, label="Results", elem_id="topk")
+            results_as = gr.Radio(RESULTS_CHOICES, value="documents", label="Show (folders of documents)",
+                                  info="documents: each file once, by its best passage; passages: every passage",
+                                  elem_id="results-as")
         with gr.Row():
             query = gr.Textbox(label="Query", placeholder="e.g. vitamin D deficiency and bone loss", scale=5,
                                elem_id="query")
@@ -187,7 +211,7 @@ def build_demo(cfg: SpaceConfig | None = None, engine: SearchEngine | None = Non
         status = gr.Markdown(elem_id="status")
         results = gr.HTML(elem_id="results")
         table = gr.Dataframe(headers=TABLE_HEADERS, label="Ranked list", interactive=False, elem_id="table")
-        inputs = [corpus, retriever, dam, use_idf, top_k, query]
+        inputs = [corpus, retriever, dam, use_idf, top_k, query, results_as]
         limit = max(1, int(cfg.concurrency))
         button.click(run_search, inputs, [status, results, table], api_name="search", concurrency_limit=limit,
                      concurrency_id="search")
