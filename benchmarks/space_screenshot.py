@@ -208,8 +208,17 @@ def screenshot(url: str, out: Path, query: str, retriever: str | None = None, wi
                 cdp.click(f"ul[role=listbox] li[aria-label={json.dumps(retriever)}]")
                 cdp.wait_for(f"document.querySelector('#retriever input').value === {json.dumps(retriever)}", 10,
                              "the retriever to be selected")
-            cdp.click("#query textarea")
-            cdp.send("Input.insertText", {"text": query})
+            for _ in range(3):  # the layout may still be settling: type until the box holds the query
+                cdp.click("#query textarea")
+                cdp.js("document.querySelector('#query textarea').focus()")
+                cdp.send("Input.insertText", {"text": query})
+                if cdp.js("document.querySelector('#query textarea').value") == query:
+                    break
+                cdp.js("(() => { const t = document.querySelector('#query textarea'); t.value = ''; "
+                       "t.dispatchEvent(new Event('input', {bubbles: true})); })()")
+                time.sleep(1.0)
+            else:
+                raise RuntimeError("the query box did not take the query")
             t0 = time.time()
             while True:  # "the index is being built: try again in a moment" -> click again
                 cdp.click("#search")
