@@ -219,12 +219,32 @@ def summaries_of(budget: str) -> list[dict]:
     return out
 
 
+def _one_run_command(corpus: str, spec: str, seed: int, variant: str) -> str:
+    """This command narrowed to one run (it prepares the folder, then runs or reads that run)."""
+    import shlex
+
+    argv = sys.argv[1:]
+    keep = []
+    skip = {"--corpora", "--methods", "--seeds", "--variants"}
+    i = 0
+    while i < len(argv):
+        name = argv[i].split("=", 1)[0]
+        if name in skip:
+            i += 1 if "=" in argv[i] else 2
+            continue
+        keep.append(argv[i])
+        i += 1
+    return "python benchmarks/verdict.py " + " ".join(
+        shlex.quote(x) for x in ["--corpora", corpus, "--methods", spec, "--seeds", str(seed), "--variants", variant,
+                                 *keep])
+
+
 def _row(corpus, spec, seed, variant, folders, m, row, command, budget) -> dict:
     iv = row["interval"]
     return {"table": "verdict", "dataset": corpus,
             "system": f"{spec}, seed {seed}, {variant} judged dev queries ({budget}; {folders['dev']} dev / "
                       f"{folders['test']} test queries)",
-            "command": command, "machine": machine(),
+            "command": _one_run_command(corpus, spec, seed, variant), "adapt_command": command, "machine": machine(),
             "metrics": {"verdict": f"{row['verdict']} ({row['word']})",
                         "stated interval": "" if not iv or iv["half"] is None else
                         f"{iv['difference']:+.4f} ± {iv['half']:.4f} ({iv['on']})",
