@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED, command_line, machine, save_rows  # noqa: E402
+from common import SHARED, machine, save_rows  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = {"minilm": SHARED / "models" / "all-MiniLM-L6-v2", "splade-tiny": SHARED / "models" / "splade-tiny"}
@@ -212,15 +212,15 @@ def summaries_of(budget: str) -> list[dict]:
     for label, flag in (("with judged dev queries", True), ("without judged dev queries", False)):
         row = {"table": "verdict_summary", "dataset": corpora,
                "system": f"{label} ({budget}; {methods}; seeds {seeds})", "budget": budget,
-               "command": command_line(), "machine": machine(),
+               "command": _one_run_command(corpora, methods, seeds, None), "machine": machine(),
                "metrics": summary([r["judged_fields"] for r in runs], flag)}
         log(f"{row['system']}: {row['metrics']}")
         out.append(row)
     return out
 
 
-def _one_run_command(corpus: str, spec: str, seed: int, variant: str) -> str:
-    """This command narrowed to one run (it prepares the folder, then runs or reads that run)."""
+def _one_run_command(corpus: str, spec: str, seed, variant: str | None) -> str:
+    """This command narrowed to these runs (it prepares the folders, then runs or reads them)."""
     import shlex
 
     argv = sys.argv[1:]
@@ -235,8 +235,8 @@ def _one_run_command(corpus: str, spec: str, seed: int, variant: str) -> str:
         keep.append(argv[i])
         i += 1
     return "python benchmarks/verdict.py " + " ".join(
-        shlex.quote(x) for x in ["--corpora", corpus, "--methods", spec, "--seeds", str(seed), "--variants", variant,
-                                 *keep])
+        shlex.quote(x) for x in ["--corpora", corpus, "--methods", spec, "--seeds", str(seed),
+                                 *(["--variants", variant] if variant else []), *keep])
 
 
 def _row(corpus, spec, seed, variant, folders, m, row, command, budget) -> dict:
