@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED, command_line, machine, save_rows  # noqa: E402
+from common import SHARED, machine, save_rows  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = {"minilm": SHARED / "models" / "all-MiniLM-L6-v2", "splade-tiny": SHARED / "models" / "splade-tiny"}
@@ -191,7 +191,7 @@ def main(argv=None) -> int:
                                     folders["generate"])
                     m, row = res["metrics"], judge(res["metrics"])
                     save_rows("verdict", [_row(corpus, spec, seed, variant, folders, m, row, res["command"], tag)],
-                              merge_key=("table", "dataset", "system"))
+                              merge_key=("table", "dataset", "budget", "method", "seed", "variant"))
                     log(f"{corpus} {spec} seed {seed} {variant}: {row['verdict']} ({row['word']}), output test "
                         f"difference {row['output_test_difference']:+.4f}")
     save_rows("verdict", summaries_of(tag), merge_key=("table", "dataset", "system"))
@@ -212,26 +212,49 @@ def summaries_of(budget: str) -> list[dict]:
     for label, flag in (("with judged dev queries", True), ("without judged dev queries", False)):
         row = {"table": "verdict_summary", "dataset": corpora,
                "system": f"{label} ({budget}; {methods}; seeds {seeds})", "budget": budget,
-               "command": command_line(), "machine": machine(),
+               "command": _one_run_command(corpora, methods, seeds, None), "machine": machine(),
                "metrics": summary([r["judged_fields"] for r in runs], flag)}
         log(f"{row['system']}: {row['metrics']}")
         out.append(row)
     return out
 
 
+def _one_run_command(corpus: str, spec: str, seed, variant: str | None) -> str:
+    """This command narrowed to these runs (it prepares the folders, then runs or reads them)."""
+    import shlex
+
+    argv = sys.argv[1:]
+    keep = []
+    skip = {"--corpora", "--methods", "--seeds", "--variants"}
+    i = 0
+    while i < len(argv):
+        name = argv[i].split("=", 1)[0]
+        if name in skip:
+            i += 1 if "=" in argv[i] else 2
+            continue
+        keep.append(argv[i])
+        i += 1
+    return "python benchmarks/verdict.py " + " ".join(
+        shlex.quote(x) for x in ["--corpora", corpus, "--methods", spec, "--seeds", str(seed),
+                                 *(["--variants", variant] if variant else []), *keep])
+
+
 def _row(corpus, spec, seed, variant, folders, m, row, command, budget) -> dict:
     iv = row["interval"]
+    stated = f"; stated on {iv['on']}" if iv and iv["half"] is not None else "; no interval"
+    metrics = {}
+    if iv and iv["half"] is not None:
+        metrics.update({"interval Δ": round(iv["difference"], 4), "interval ±": round(iv["half"], 4)})
+    metrics["test Δ (output)"] = round(row["output_test_difference"], 4)
+    if row["compared_test_difference"] is not None:
+        metrics["test Δ (compared)"] = round(row["compared_test_difference"], 4)
+    if row["covered"] is not None:
+        metrics["inside (1/0)"] = int(row["covered"])
     return {"table": "verdict", "dataset": corpus,
             "system": f"{spec}, seed {seed}, {variant} judged dev queries ({budget}; {folders['dev']} dev / "
-                      f"{folders['test']} test queries)",
-            "command": command, "machine": machine(),
-            "metrics": {"verdict": f"{row['verdict']} ({row['word']})",
-                        "stated interval": "" if not iv or iv["half"] is None else
-                        f"{iv['difference']:+.4f} ± {iv['half']:.4f} ({iv['on']})",
-                        "test Δ (output)": round(row["output_test_difference"], 4),
-                        "test Δ (compared)": "" if row["compared_test_difference"] is None else
-                        round(row["compared_test_difference"], 4),
-                        "inside": "" if row["covered"] is None else ("yes" if row["covered"] else "no")},
+                      f"{folders['test']} test queries): {row['verdict']} ({row['word']}){stated}",
+            "command": _one_run_command(corpus, spec, seed, variant), "adapt_command": command, "machine": machine(),
+            "metrics": metrics,
             "budget": budget, "method": spec, "seed": seed, "variant": variant, "judged_fields": row,
             "verdict_sentence": m["verdict_sentence"], "judged_dev": m.get("judged_dev"),
             "unverified": m.get("unverified"), "before": m["before"], "after": m["after"],

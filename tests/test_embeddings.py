@@ -42,6 +42,7 @@ def _same(a, b):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["dense", "sparse"])
 def test_round_trip_equals_in_memory_encoding(kind, data, dense, sparse, tmp_path):
     model = dense if kind == "dense" else sparse
@@ -111,6 +112,7 @@ def test_resume_after_a_crash_is_identical(dense, tmp_path):
     _same(resumed.matrix(), whole)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["dense", "sparse"])
 def test_sharded_over_processes_equals_one_process(kind, dense, sparse, tmp_path):
     model = dense if kind == "dense" else sparse

@@ -37,6 +37,7 @@ def test_head_added_to_checkpoint_without_one():
     assert model.cls.predictions.decoder.weight.data_ptr() == model.bert.embeddings.word_embeddings.weight.data_ptr()
 
 
+@pytest.mark.slow
 def test_train_mlm_lowers_loss(tiny_bert_dir, tmp_path):
     tok = AutoTokenizer.from_pretrained(tiny_bert_dir)
     model = AutoModelForMaskedLM.from_pretrained(tiny_bert_dir)

@@ -385,6 +385,7 @@ def test_trainer_bf16_on_cpu_follows_fp32(tiny_bert_dir, tmp_path):
     assert max(abs(a - b) for a, b in zip(fp32, bf16)) <= 0.05 * max(fp32), (fp32, bf16)
 
 
+@pytest.mark.slow
 def test_trainer_fp16_through_the_gpu_code_path(tiny_bert_dir, tmp_path):
     """fp16 training cannot run on CPU through the Trainer as configured (accelerate sets up neither
     autocast nor a GradScaler for fp16 on CPU, and training_precision refuses it); the accelerator is

@@ -27,6 +27,7 @@ def tiny_splade(tiny_bert_dir):
     return SPLADECAI.from_backbone(str(tiny_bert_dir))
 
 
+@pytest.mark.slow
 def test_vocabulary_blocked_pooling_gives_identical_vectors(tiny_splade):
     """The inference path (per-document, vocabulary-blocked projection + max) equals the
     full projection + masked max, for block sizes that do not divide |V|."""
@@ -168,6 +169,7 @@ def test_real_splade_tiny_expands_queries():
     assert np.allclose(q.toarray(), naive.numpy(), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_cli_evaluates_a_saved_spladecai(tiny_splade, tmp_path, capsys):
     import json
 

@@ -72,6 +72,7 @@ def test_a_sparse_object_encodes_as_sparse_encoder(tiny_bert_dir):
     np.testing.assert_allclose(d.toarray(), own.encode_corpus(DOCS, max_length=64).toarray(), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_retriever_over_an_object_searches_and_evaluates(st_dense):
     from hf_dr.data import load_beir
     from hf_dr.evaluation import evaluate
