@@ -43,9 +43,9 @@ def test_chain_runs_and_resumes(tiny_bert_dir, folders):
     assert (folders / "run" / "1-vocabulary" / "entropy.png").is_file()
     final = json.loads((folders / "run" / "final" / "config.json").read_text())
     assert final["use_idf"] is True and final["backbone_config"]["vocab_size"] == report["vocabulary"]["final"]
-    stamp = (folders / "run" / "3-splade" / "model.safetensors").stat().st_mtime
+    stamp = (folders / "run" / "3-splade" / "model.safetensors.index.json").stat().st_mtime
     run_cai(args)  # same parameters: every stage is skipped
-    assert (folders / "run" / "3-splade" / "model.safetensors").stat().st_mtime == stamp
+    assert (folders / "run" / "3-splade" / "model.safetensors.index.json").stat().st_mtime == stamp
     args.splade_steps = 3  # a changed parameter re-runs that stage
     run_cai(args)
-    assert (folders / "run" / "3-splade" / "model.safetensors").stat().st_mtime != stamp
+    assert (folders / "run" / "3-splade" / "model.safetensors.index.json").stat().st_mtime != stamp
