@@ -36,6 +36,18 @@ def _blocks(embeddings) -> list:
     return out
 
 
+def row_blocks(vectors, doc_ids) -> list:
+    """:func:`_blocks` of ``vectors`` (dense arrays or sparse matrices), checked against ``doc_ids``:
+    one id per row, and at least one row (what every index built here needs)."""
+    blocks = _blocks(vectors)
+    n = sum(b.shape[0] for b in blocks)
+    if len(doc_ids) != n:
+        raise ValueError(f"{len(doc_ids)} ids for {n} document vectors")
+    if n == 0:
+        raise ValueError("cannot index an empty corpus")
+    return blocks
+
+
 class DenseIndex:
     """Inner-product index over ``[n, d]`` float32 document embeddings.
 
@@ -57,13 +69,8 @@ class DenseIndex:
 
         if index_type not in INDEX_TYPES:
             raise ValueError(f"unknown index_type {index_type!r}: use flat, hnsw or ivfpq")
-        blocks = _blocks(embeddings)
-        n = sum(b.shape[0] for b in blocks)
-        if len(doc_ids) != n:
-            raise ValueError(f"{len(doc_ids)} ids for {n} embeddings")
-        if n == 0:
-            raise ValueError("cannot index an empty corpus")
-        d = blocks[0].shape[1]
+        blocks = row_blocks(embeddings, doc_ids)
+        n, d = len(doc_ids), blocks[0].shape[1]
         if index_type == "flat":
             index = faiss.IndexFlatIP(d)
         elif index_type == "hnsw":

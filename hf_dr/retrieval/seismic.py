@@ -80,11 +80,6 @@ def _engine_output(show: bool):
         os.close(target)
 
 
-def _blocks(doc_vectors) -> list[sp.csr_matrix]:
-    blocks = list(doc_vectors) if isinstance(doc_vectors, (list, tuple)) else [doc_vectors]
-    return [sp.csr_matrix(b, dtype=np.float32) for b in blocks]
-
-
 class SeismicIndex:
     """Seismic's approximate inner-product index over ``[n_docs, |V|]`` sparse document vectors.
 
@@ -105,12 +100,9 @@ class SeismicIndex:
         if unknown:
             raise ValueError(f"unknown Seismic build parameters {sorted(unknown)}: use {', '.join(BUILD_DEFAULTS)}")
         build = {**BUILD_DEFAULTS, **{k: v for k, v in build_params.items() if v is not None}}
-        blocks = _blocks(doc_vectors)
-        n = sum(b.shape[0] for b in blocks)
-        if len(doc_ids) != n:
-            raise ValueError(f"{len(doc_ids)} ids for {n} document vectors")
-        if n == 0:
-            raise ValueError("cannot index an empty corpus")
+        from .dense import row_blocks
+
+        blocks = [sp.csr_matrix(b, dtype=np.float32) for b in row_blocks(doc_vectors, doc_ids)]
         vocab = blocks[0].shape[1]
         lv = vocab > U16_VOCAB
         dataset = (engine.SeismicDatasetLV if lv else engine.SeismicDataset)(dim=vocab)
