@@ -35,6 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import SHARED, command_line, machine, save_rows
 from index_scale import (
+    _throughput_queries,
     ARGUANA,
     N_SCIFACT,
     SCIFACT,
@@ -54,15 +55,8 @@ SYSTEMS = ("inverted", "seismic", "qdrant")
 def _query_texts(n: int) -> tuple[dict[str, str], dict[str, str]]:
     """(SciFact's judged test queries, the first ``n`` of SciFact's then ArguAna's queries)."""
     judged_ids = {ln.split("\t")[0] for ln in (SCIFACT / "qrels" / "test.tsv").read_text().splitlines()[1:]}
-    judged, every = {}, {}
-    for name, folder in (("scifact", SCIFACT), ("arguana", ARGUANA)):
-        with open(folder / "queries.jsonl", encoding="utf-8") as f:
-            for line in f:
-                if line.strip():
-                    q = json.loads(line)
-                    every[f"{name}:{q['_id']}"] = q["text"]
-                    if name == "scifact" and q["_id"] in judged_ids:
-                        judged[q["_id"]] = q["text"]
+    every = _throughput_queries()
+    judged = {k.split(":", 1)[1]: t for k, t in every.items() if k.startswith("scifact:") and k.split(":", 1)[1] in judged_ids}
     return judged, dict(list(every.items())[:n])
 
 
