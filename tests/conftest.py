@@ -113,3 +113,11 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """The test order's seed, printed last even under ``-q`` (which hides pytest-randomly's header):
+    a failure that depends on the order is reproduced with ``-p randomly --randomly-seed=SEED``."""
+    seed = getattr(config.option, "randomly_seed", None)
+    if isinstance(seed, int) and config.pluginmanager.hasplugin("randomly"):
+        terminalreporter.write_line(f"test order: -p randomly --randomly-seed={seed}")

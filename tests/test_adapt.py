@@ -154,9 +154,12 @@ def test_training_never_touches_the_starting_model(split_data, tiny_bert_dir, tm
 
 
 @pytest.mark.pipeline
-def test_rerun_reuses_labels_and_training(first_run, split_data, tiny_bert_dir, capsys):
-    out, work, _ = first_run
-    base = ["--data", split_data, "--model", tiny_bert_dir, "--method", "dodress", "--output", out, "--overwrite"]
+def test_rerun_reuses_labels_and_training(first_run, split_data, tiny_bert_dir, tmp_path, capsys):
+    _, work, _ = first_run
+    # the first run's work folder, another output (the first run's output stays as other tests read it)
+    out = tmp_path / "out"
+    base = ["--data", split_data, "--model", tiny_bert_dir, "--method", "dodress", "--output", out, "--overwrite",
+            "--work-dir", work]
     rc, text, _ = _adapt(capsys, *base, *FAST[:1], "2", *FAST[2:])  # only --max-steps changed: 4 -> 2
     assert rc == 0, text
     assert "label: cached" in text and "train: 2 steps" in text
