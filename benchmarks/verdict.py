@@ -19,7 +19,8 @@ For every run: the verdict (and Sentence Transformers' word), the interval it st
 held-out judged queries' 95% interval, or the pseudo-dev one), and the test difference of the
 compared model (the output, or the best trained checkpoint when the start was kept) against the
 starting model. Summaries: how many "better on labelled queries" claims hold on the test queries
-(test difference > 0), how often the test difference falls inside the stated interval, how many
+(test difference > 0), how often the test difference falls inside the stated interval (the 95%
+prediction interval for as many queries as the test split: ``judge``), how many
 test losses were let through as "better", the same for "better on pseudo-labels only", and how
 many runs without judged queries ship something below zero-shot. Results to
 ``benchmarks/results/verdict.json`` (tables ``verdict`` and ``verdict_summary`` of docs/adapt.md).
@@ -120,18 +121,30 @@ def adapt_run(data: Path, out: Path, work_dir: Path, student: str, method: str, 
 
 def judge(m: dict) -> dict:
     """One run's verdict, stated interval and test differences (``compared``: the model the interval is
-    about: the output, or the best trained checkpoint when the start was kept)."""
+    about: the output, or the best trained checkpoint when the start was kept). Coverage asks whether
+    the compared model's test difference lies inside the verdict's 95% *prediction* interval for as
+    many queries as the test split has (``hf_dr.adaptation.verdict.prediction_half_width``: the
+    difference on other queries carries their sampling too); ``covered_ci`` asks the same of the
+    confidence interval alone, which is about the population's mean, not about another sample."""
+    from hf_dr.adaptation.verdict import prediction_half_width
+
     before = m["before"]["ndcg@10"]
     out_diff = m["after"]["ndcg@10"] - before
     best = m.get("best_checkpoint")
     compared = out_diff if not m["kept_starting_model"] else (best["ndcg@10"] - before if best else None)
     iv = m.get("verdict_interval")
-    interval = {"on": iv["on"], "difference": iv["difference"], "half": iv["half_width"]} if iv else None
-    covered = None
-    if interval and interval["half"] is not None and compared is not None:
-        covered = abs(compared - interval["difference"]) <= interval["half"]
+    interval = None
+    if iv:
+        interval = {"on": iv["on"], "difference": iv["difference"], "half": iv["half_width"],
+                    "queries": iv.get("queries"), "test_queries": m.get("test_queries"),
+                    "prediction": prediction_half_width({"resolution": iv["half_width"], "queries": iv.get("queries")},
+                                                        m.get("test_queries"))}
+    covered = covered_ci = None
+    if interval and interval["prediction"] is not None and compared is not None:
+        covered = abs(compared - interval["difference"]) <= interval["prediction"]
+        covered_ci = abs(compared - interval["difference"]) <= interval["half"]
     return {"verdict": m["verdict"], "word": m.get("verdict_word"), "output_test_difference": out_diff,
-            "compared_test_difference": compared, "interval": interval, "covered": covered,
+            "compared_test_difference": compared, "interval": interval, "covered": covered, "covered_ci": covered_ci,
             "shipped_trained": not m["kept_starting_model"], "unverified": m.get("unverified") is not None,
             "judged": m.get("judged_dev") is not None}
 
@@ -147,7 +160,8 @@ def summary(rows: list[dict], judged: bool | None) -> dict:
         out[f"{name} losses let through"] = sum(r["output_test_difference"] < 0 for r in claims)
     with_interval = [r for r in rs if r["covered"] is not None]
     out["intervals"] = len(with_interval)
-    out["test difference inside"] = sum(r["covered"] for r in with_interval)
+    out["test difference inside"] = sum(r["covered"] for r in with_interval)  # the prediction interval
+    out["inside the confidence interval"] = sum(bool(r.get("covered_ci")) for r in with_interval)
     out["shipped below zero-shot"] = sum(r["output_test_difference"] < 0 for r in rs)
     out["kept start, unverified"] = sum(r["unverified"] for r in rs)
     out["unverified worse on test"] = sum(r["unverified"] and (r["compared_test_difference"] or 0) < 0 for r in rs)
@@ -245,6 +259,8 @@ def _row(corpus, spec, seed, variant, folders, m, row, command, budget) -> dict:
     metrics = {}
     if iv and iv["half"] is not None:
         metrics.update({"interval Δ": round(iv["difference"], 4), "interval ±": round(iv["half"], 4)})
+        if iv.get("prediction") is not None:
+            metrics["prediction ±"] = round(iv["prediction"], 4)  # for as many queries as the test split
     metrics["test Δ (output)"] = round(row["output_test_difference"], 4)
     if row["compared_test_difference"] is not None:
         metrics["test Δ (compared)"] = round(row["compared_test_difference"], 4)

@@ -51,11 +51,18 @@ def test_verdict_strings():
     v, sentence = decide(False, judged, False, pseudo)
     assert v == LABELLED and sentence.startswith(LABELLED) and "20 held-out judged dev queries" in sentence
     assert "not the 19 that chose" in sentence and "±0.0500" in sentence and "+0.0800" in sentence
-    # a gain below what 20 judged queries resolve is never "better on labelled queries"
+    # beside the confidence interval, where the difference on 20 other queries should fall: sqrt(2) wider
+    assert f"expect +0.0800 ±{0.05 * 2 ** 0.5:.4f}" in sentence
+    # a gain below what 20 judged queries resolve is never "better on labelled queries", nor output:
+    # the start is kept, the checkpoint beside it as unverified
     small = {**judged, "difference": 0.02, "selected": 0.62, "p_value": 0.4}
-    v, sentence = decide(False, small, False, pseudo)
-    assert v == PSEUDO_ONLY and "less than they can resolve" in sentence and "0.8500" in sentence
-    assert decide(False, {**judged, "resolution": None}, False, pseudo)[0] == PSEUDO_ONLY  # too few judged queries
+    for unresolved in (small, {**judged, "resolution": None}):  # (too few judged queries: None)
+        with pytest.raises(ValueError, match="only when their held-out half resolves"):
+            decide(False, unresolved, False, pseudo)
+    v, sentence = decide(True, small, False, pseudo, unverified={"step": 4, "why": "w"})
+    assert v == KEPT and sentence.startswith(f"{KEPT}; the trained checkpoint (step 4, in unverified/) is unverified")
+    assert "lean its way by less than they can resolve" in sentence and "+0.0200" in sentence
+    assert verdict_word(v, unverified=True) == "MARGINAL"
     assert decide(True, {**judged, "difference": 0.0, "selected": 0.6}, False, pseudo)[0] == KEPT
     v, sentence = decide(True, {**judged, "difference": -0.08, "selected": 0.52}, False, pseudo)
     assert v == KEPT and "fell below it on the 20 held-out" in sentence  # the held-out half shows it worse
@@ -506,26 +513,53 @@ def _metrics(verdict, before, after, kept, interval=None, best=None, unverified=
     return {"verdict": verdict, "verdict_word": None, "before": {"ndcg@10": before}, "after": {"ndcg@10": after},
             "kept_starting_model": kept, "best_checkpoint": {"ndcg@10": best} if best is not None else None,
             "verdict_interval": interval, "unverified": {"step": 1} if unverified else None,
-            "judged_dev": {} if judged else None}
+            "judged_dev": {} if judged else None, "test_queries": 20}
 
 
 def test_the_benchmark_counts_claims_losses_and_coverage():
     """benchmarks/verdict.py's counts: a claim holds when the output gains on test; a loss let
     through is a "better" verdict whose output lost; coverage asks whether the compared model's
-    test difference lies inside the stated interval."""
+    test difference lies inside the stated prediction interval (for the test split's 20 queries: the
+    20 held-out queries' ±0.02 confidence half-width times sqrt(2))."""
     bench = _benchmark()
-    iv = {"on": "held-out", "difference": 0.03, "half_width": 0.02}
+    iv = {"on": "held-out", "difference": 0.03, "half_width": 0.02, "queries": 20}
     runs = [bench.judge(_metrics(LABELLED, 0.5, 0.53, False, iv)),          # holds, inside
             bench.judge(_metrics(LABELLED, 0.5, 0.49, False, iv)),          # a loss let through, outside
             bench.judge(_metrics(PSEUDO_ONLY, 0.5, 0.51, False, {**iv, "difference": 0.005})),  # inside
             bench.judge(_metrics(KEPT, 0.5, 0.5, True, {**iv, "difference": -0.04}, best=0.47)),  # compared: -0.03
-            bench.judge(_metrics(KEPT, 0.5, 0.5, True, None, best=0.45, unverified=True, judged=False))]
+            bench.judge(_metrics(KEPT, 0.5, 0.5, True, None, best=0.45, unverified=True, judged=False)),
+            bench.judge(_metrics(LABELLED, 0.5, 0.555, False, iv))]         # inside the prediction, not the CI
+    assert runs[0]["interval"]["prediction"] == pytest.approx(0.02 * 2 ** 0.5)
     assert runs[3]["compared_test_difference"] == pytest.approx(-0.03) and runs[3]["covered"] is True
     assert runs[4]["interval"] is None and runs[4]["covered"] is None
+    assert runs[5]["covered"] is True and runs[5]["covered_ci"] is False
     s = bench.summary(runs, judged=True)
-    assert s["runs"] == 4 and s["labelled claims"] == 2 and s["labelled held on test"] == 1
+    assert s["runs"] == 5 and s["labelled claims"] == 3 and s["labelled held on test"] == 2
     assert s["labelled losses let through"] == 1 and s["pseudo claims"] == 1 and s["pseudo held on test"] == 1
-    assert s["intervals"] == 4 and s["test difference inside"] == 3 and s["shipped below zero-shot"] == 1
+    assert s["intervals"] == 5 and s["test difference inside"] == 4 and s["inside the confidence interval"] == 3
+    assert s["shipped below zero-shot"] == 1
     s = bench.summary(runs, judged=False)
     assert s["runs"] == 1 and s["kept start, unverified"] == 1 and s["unverified worse on test"] == 1
     assert s["shipped below zero-shot"] == 0
+
+
+def test_prediction_interval_covers_the_difference_on_other_queries():
+    """The prediction interval states where the mean difference on m *other* queries falls: drawn
+    again and again, it covers it about 95% of the time, where the confidence interval (about the
+    population's mean only) covers it far less often."""
+    from hf_dr.adaptation.verdict import prediction_half_width
+
+    rng = np.random.default_rng(0)
+    n, m, reps = 60, 60, 2000
+    inside_pred = inside_ci = 0
+    for _ in range(reps):
+        seen, new = rng.normal(0.01, 0.15, n), rng.normal(0.01, 0.15, m)
+        r = resolution({str(i): float(x) for i, x in enumerate(seen)}, {str(i): 0.0 for i in range(n)})
+        half = prediction_half_width(r, m)
+        assert half == pytest.approx(r["resolution"] * (1 + n / m) ** 0.5)
+        inside_pred += abs(new.mean() - r["difference"]) <= half
+        inside_ci += abs(new.mean() - r["difference"]) <= r["resolution"]
+    assert 0.93 <= inside_pred / reps <= 0.97
+    assert inside_ci / reps < 0.90
+    assert prediction_half_width(r) == pytest.approx(r["resolution"] * 2 ** 0.5)  # as many other queries
+    assert prediction_half_width({"queries": 1, "resolution": None}) is None

@@ -22,7 +22,7 @@ from .config import AdaptError
 from .methods import DevSet, Method, Prepared, TrainInputs, get_method, registered_methods
 from .plan import AdaptPlan
 from .student import own_max_length, save_model, set_max_length, with_prompts
-from .verdict import CONTAINED_TAU, UNVERIFIED, decide, rank_agreement, resolution
+from .verdict import CONTAINED_TAU, UNVERIFIED, decide, prediction_half_width, rank_agreement, resolution, resolves_gain
 
 logger = logging.getLogger(__name__)
 
@@ -427,11 +427,13 @@ def select(run: AdaptRun, labels: Labels, trained: Trained) -> Selection:
     """The best checkpoint by dev nDCG@10, the untrained starting model included as "step 0", and
     whether it replaces the start. With judged dev queries (``qrels/dev.tsv``) their selection half
     chooses (step 0 always competes), and the held-out verdict half states the verdict
-    (:func:`_judged_verdict`; a chosen checkpoint it shows worse by more than it resolves is not
-    output). Without them, a trained checkpoint replaces the start only when evidence that does not
-    contain the student says it is better: the pseudo-labels of a teacher that does not contain it
-    (:func:`_containment`), by more than their queries resolve (:func:`_pseudo_gain`); otherwise the
-    start is output and the best checkpoint is kept beside it as unverified. Then the verdict
+    (:func:`_judged_verdict`): a chosen checkpoint is output only when it shows it better by more than
+    it resolves, else the start is output and the checkpoint kept beside it as unverified (or not
+    kept, when it shows it worse by more than it resolves). Without them, a trained checkpoint
+    replaces the start only when evidence that does not contain the student says it is better: the
+    pseudo-labels of a teacher that does not contain it (:func:`_containment`), by more than their
+    queries resolve (:func:`_pseudo_gain`); otherwise the start is output and the best checkpoint is
+    kept beside it as unverified. Then the verdict
     (:func:`hf_dr.adaptation.verdict.decide`). Finishes the training folder (:func:`_finish_training`)."""
     say, record, dev0 = run.say, trained.record, trained.start_dev
     judged = bool(labels.dev.judged)
@@ -453,23 +455,27 @@ def select(run: AdaptRun, labels: Labels, trained: Trained) -> Selection:
     if judged:
         res = comparison["resolution"]
         worse = won and res is not None and comparison["difference"] < -res
+        kept_start = not (won and resolves_gain(comparison))
         if worse:
             say(f"select: step {best_step} won on the {len(labels.dev.judged.select)} judged queries that choose, but "
                 f"falls below the starting model on the {comparison['queries']} held-out ones by "
                 f"{-comparison['difference']:.4f} (more than ±{res:.4f}): keeping the starting model")
-        kept_start = not won or worse
+        elif won and kept_start and (best_dir / "config.json").is_file():
+            unverified = {"step": best_step, "why": (
+                f"it won on the {len(labels.dev.judged.select)} judged queries that chose it, but its difference on "
+                f"the {comparison['queries']} held-out ones ({comparison['difference']:+.4f}) is less than they "
+                f"resolve (±{'n/a' if res is None else format(res, '.4f')})")}
     else:
-        resolved = pseudo_gain is not None and pseudo_gain["resolution"] is not None and \
-            pseudo_gain["difference"] > 0 and pseudo_gain["difference"] >= pseudo_gain["resolution"]
-        kept_start = not (won and resolved)
+        kept_start = not (won and resolves_gain(pseudo_gain))
         if fell is not None:
             say(f"select: the queries were generated and the best checkpoint (step {best_step}) falls below the "
                 f"starting model on the pseudo-dev set by {-fell['difference']:.4f}, more than its {fell['queries']} "
                 f"queries resolve (±{fell['resolution']:.4f}): keeping the starting model")
         if kept_start and record["dev"] and (best_dir / "config.json").is_file():
             unverified = {"step": best_step, "why": _unverified_why(contained, won, pseudo_gain)}
-            say(f"select: keeping the starting model; step {best_step} is kept beside it as unverified: "
-                f"{unverified['why']}")
+    if unverified is not None:
+        say(f"select: keeping the starting model; step {best_step} is kept beside it as unverified: "
+            f"{unverified['why']}")
     if kept_start and not unverified and won is False and record["dev"]:
         say(f"select: no checkpoint beats the starting model on the dev set (best {best:.4f} at step {best_step} "
             f"<= {dev0:.4f}): keeping the starting model")
@@ -789,6 +795,10 @@ def _verdict_interval(chosen: Selection) -> dict | None:
                   ("pseudo-dev queries", chosen.fell)):
         if c and c.get("difference") is not None:
             return {"on": on, "queries": c.get("queries"), "difference": c["difference"], "half_width": c.get("resolution"),
+                    "sd": c.get("sd"),
+                    # where the difference on as many other queries like these should fall (95%; the sampling
+                    # of both sets): verdict.prediction_half_width(this, m) gives it for m other queries
+                    "prediction_half_width": prediction_half_width(c),
                     "compared_step": c.get("compared_step"),
                     "accounts_for": c.get("accounts_for") or "the sampling of the pseudo-dev queries; not the choice "
                                                              "among checkpoints made on the same queries, nor the "

@@ -8,17 +8,19 @@ word Sentence Transformers' training examples print against a baseline evaluated
   half-width of the 95% confidence interval of the mean paired per-query difference in nDCG@10
   (paired t, :func:`resolution`), both scored by full-corpus retrieval. The interval accounts for
   the sampling of the held-out queries; the choice was made on other queries, so it does not bias
-  it.
-* **better on pseudo-labels only** (``MARGINAL``): a trained checkpoint is output without a
-  labelled gain that its queries resolve: the held-out judged queries lean its way by less than
-  they resolve, or, with no judged query, the pseudo-dev set of a teacher that does not contain the
-  student shows it better by more than its queries resolve.
+  it. Beside it the verdict states a 95% *prediction* interval (:func:`prediction_half_width`):
+  where the difference on as many *other* queries like them should fall (the sampling of both sets).
+  With judged queries this is the only verdict that outputs a trained checkpoint.
+* **better on pseudo-labels only** (``MARGINAL``): no judged query, and the pseudo-dev set of a
+  teacher that does not contain the student shows the best trained checkpoint better than the start
+  by more than its queries resolve: it is output, on the pseudo-labels' word alone.
 * **kept the starting model** (``REGRESSION``; ``MARGINAL`` when a trained checkpoint is kept beside
   it as *unverified*): no checkpoint beat the start on the evidence that chose; or the held-out
-  judged queries show the chosen one worse by more than they resolve; or no evidence independent of
-  the student could compare them (no judged query, a teacher that contains the student, or a
-  pseudo-dev gain smaller than it resolves): the start is the output and the best trained
-  checkpoint is kept beside it as ``unverified/``, which the first words of the sentence say.
+  judged queries show the chosen one worse by more than they resolve; or nothing says it is better
+  by more than the evidence resolves (held-out judged queries leaning its way by less than they
+  resolve; with no judged query, a teacher that contains the student, or a pseudo-dev gain smaller
+  than it resolves): the start is the output and the best trained checkpoint is kept beside it as
+  ``unverified/``, which the first words of the sentence say.
 
 The teacher-contains-student rule is behavioural: a fusion teacher's dense half ranks the dev
 candidates as the student does when the student *is* it, wraps it (a ``BERMEncoder`` around it),
@@ -36,7 +38,7 @@ from collections.abc import Mapping
 import numpy as np
 
 __all__ = ["VERDICTS", "LABELLED", "PSEUDO_ONLY", "KEPT", "UNVERIFIED", "WORDS", "CONTAINED_TAU", "resolution",
-           "rank_agreement", "decide", "verdict_word"]
+           "prediction_half_width", "resolves_gain", "rank_agreement", "decide", "verdict_word"]
 
 LABELLED, PSEUDO_ONLY, KEPT = VERDICTS = ("better on labelled queries", "better on pseudo-labels only",
                                           "kept the starting model")
@@ -68,14 +70,14 @@ def verdict_word(verdict: str, unverified: bool = False) -> str:
 def resolution(after: Mapping[str, float], before: Mapping[str, float]) -> dict:
     """The paired comparison of per-query scores ``after`` vs ``before`` (their shared queries):
     ``difference`` (mean), ``resolution`` (the half-width of its 95% confidence interval, paired
-    t: the smallest mean difference these queries resolve, given their spread), ``p_value``
-    (two-sided paired t-test) and ``queries``. Fewer than two queries resolve nothing
-    (``resolution`` None)."""
+    t: the smallest mean difference these queries resolve, given their spread), ``sd`` (the per-query
+    differences' standard deviation), ``p_value`` (two-sided paired t-test) and ``queries``. Fewer
+    than two queries resolve nothing (``resolution`` None)."""
     qs = sorted(set(after) & set(before))
     d = np.array([after[q] - before[q] for q in qs], dtype=np.float64)
     mean = float(d.mean()) if len(d) else 0.0
     if len(d) < 2:
-        return {"queries": len(d), "difference": mean, "resolution": None, "p_value": None,
+        return {"queries": len(d), "difference": mean, "resolution": None, "sd": None, "p_value": None,
                 "method": "paired t, 95% confidence interval of the mean per-query difference"}
     from scipy.stats import t
 
@@ -84,8 +86,28 @@ def resolution(after: Mapping[str, float], before: Mapping[str, float]) -> dict:
     sd = float(d.std(ddof=1))
     half = float(t.ppf(0.975, len(d) - 1) * sd / math.sqrt(len(d)))
     p = paired_t(after, before)[1]
-    return {"queries": len(d), "difference": mean, "resolution": half, "p_value": p,
+    return {"queries": len(d), "difference": mean, "resolution": half, "sd": sd, "p_value": p,
             "method": "paired t, 95% confidence interval of the mean per-query difference"}
+
+
+def prediction_half_width(comparison: Mapping, other_queries: int | None = None) -> float | None:
+    """The half-width of the 95% prediction interval of the mean paired difference on ``other_queries``
+    *other* queries drawn like the ``comparison``'s ``queries`` n (default: as many): t * sd *
+    sqrt(1/n + 1/m), that is :func:`resolution`'s half-width times sqrt(1 + n/m). A confidence
+    interval says where the population's mean difference lies; the difference a user will see on
+    new queries also carries their own sampling, which this adds (as many new queries: sqrt(2)
+    wider). None when the comparison resolves nothing."""
+    half, n = comparison.get("resolution"), comparison.get("queries")
+    if half is None or not n:
+        return None
+    m = other_queries or n
+    return float(half * math.sqrt(1.0 + n / m))
+
+
+def resolves_gain(comparison: Mapping | None) -> bool:
+    """Whether a paired comparison (:func:`resolution`) shows a gain at least as large as it resolves."""
+    return bool(comparison) and comparison.get("resolution") is not None and comparison["difference"] > 0 \
+        and comparison["difference"] >= comparison["resolution"]
 
 
 def _top(scores: dict, docs: list, n: int) -> set:
@@ -126,7 +148,8 @@ def _judged_part(judged: dict, kept_start: bool) -> str:
     chose = f", not the {judged['select_count']} that chose" if judged.get("select_count") else ""
     return (f"{judged['queries']} held-out judged dev queries{chose}: nDCG@10 {_f(judged['start'])} (start) -> "
             f"{_f(judged['selected'])} ({other}), difference {judged['difference']:+.4f}, 95% interval "
-            f"±{_f(judged['resolution'])} (p = {_p(judged['p_value'])})")
+            f"±{_f(judged['resolution'])} (p = {_p(judged['p_value'])}); on as many other queries like them, "
+            f"expect {judged['difference']:+.4f} ±{_f(prediction_half_width(judged))}")
 
 
 def _pseudo_part(pseudo: dict) -> str:
@@ -147,24 +170,27 @@ def decide(kept_start: bool, judged: dict | None, contained: bool, pseudo: dict,
     ``fell``: generated queries, a teacher containing the start, and the best checkpoint below it on
     the pseudo-dev queries by more than they resolve; ``unverified``: ``{"step", "why"}`` when the
     start is output for want of evidence independent of the student and the best trained
-    checkpoint is kept beside it (:data:`UNVERIFIED`)."""
+    checkpoint is kept beside it (:data:`UNVERIFIED`). With ``judged``, a trained checkpoint is output
+    only on a gain its held-out half resolves (:func:`resolves_gain`; a ValueError otherwise)."""
     pseudo_part = _pseudo_part(pseudo)
+    head = (f"{KEPT}; the trained checkpoint (step {unverified['step']}, in {UNVERIFIED}/) is unverified and may be "
+            "worse") if unverified is not None else ""
     if judged is not None:
         judged_part = _judged_part(judged, kept_start)
         res = judged["resolution"]
-        if kept_start:
-            if res is not None and judged["difference"] < -res:
-                return KEPT, f"{KEPT}: the checkpoint chosen on the other judged queries fell below it on the {judged_part}"
-            return KEPT, f"{KEPT}: no checkpoint beat it on the judged dev queries that chose ({judged_part})"
-        if res is not None and judged["difference"] > 0 and judged["difference"] >= res:
+        if not kept_start:
+            if not resolves_gain(judged):
+                raise ValueError("a trained checkpoint is output on judged queries only when their held-out half "
+                                 "resolves its gain")
             return LABELLED, f"{LABELLED}: {judged_part}"
-        lean = "lean its way by less than they can resolve" if judged["difference"] > 0 else \
-            "do not lean its way, and resolve no loss either"
-        return PSEUDO_ONLY, (f"{PSEUDO_ONLY}: the {judged_part} {lean}, so only the judged queries that chose it and "
-                             f"the pseudo-labels it was trained on speak for it; {pseudo_part}")
+        if res is not None and judged["difference"] < -res:
+            return KEPT, f"{KEPT}: the checkpoint chosen on the other judged queries fell below it on the {judged_part}"
+        if unverified is not None:
+            lean = "lean its way by less than they can resolve" if judged["difference"] > 0 else \
+                "do not lean its way, and resolve no loss either"
+            return KEPT, f"{head}: the {judged_part} {lean}"
+        return KEPT, f"{KEPT}: no checkpoint beat it on the judged dev queries that chose ({judged_part})"
     if unverified is not None:
-        head = (f"{KEPT}; the trained checkpoint (step {unverified['step']}, in {UNVERIFIED}/) is unverified and "
-                "may be worse")
         if fell is not None:
             return KEPT, (f"{head}: its training queries were generated and the teacher contains the starting model, "
                           f"so the pseudo-labels could show a trained checkpoint worse, never better; the best one "
