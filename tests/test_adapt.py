@@ -449,10 +449,10 @@ def test_cai_without_mlm_trains_without_idf_and_outputs_with_it(first_run, split
     monkeypatch.setattr(SpladeObjective, "__call__", spy)
     _, work, _ = first_run
     out = tmp_path / "out"
-    rc, text, err = _adapt(capsys, "--data", split_data, "--model", tiny_bert_dir, "--method", "cai",
-                           "--labels", work / "labels", "--output", out, "--max-steps", "2", "--eval-steps", "1",
-                           "--max-length", "32", "--batch-size", "4", "--learning-rate", "1e-3", "--mlm-steps", "0",
-                           "--no-vocabulary")
+    args = ["--data", split_data, "--model", tiny_bert_dir, "--method", "cai", "--labels", work / "labels",
+            "--output", out, "--max-steps", "2", "--eval-steps", "1", "--max-length", "32", "--batch-size", "4",
+            "--learning-rate", "1e-3", "--mlm-steps", "0", "--no-vocabulary"]
+    rc, text, err = _adapt(capsys, *args)
     assert rc == 0, err
     assert "cai: IDF on the target corpus" in text and "continual MLM" not in text
     # the paper's FLOPS weights (0.0006 / 0.0008 at batch 32), scaled to this run's batch of 4
@@ -465,6 +465,12 @@ def test_cai_without_mlm_trains_without_idf_and_outputs_with_it(first_run, split
     m = json.loads((out / "metrics.json").read_text())
     assert m["cai"]["mlm_steps"] == 0 and m["cai"]["idf"]
     assert SPLADECAI.from_pretrained(out / "model").config.use_idf == (not m["kept_starting_model"])
+    # the work folder moved: its cached stages are read from their new place
+    moved = tmp_path / "moved.work"
+    shutil.move(tmp_path / ".out.work", moved)
+    rc, text, err = _adapt(capsys, *args, "--overwrite", "--work-dir", moved)
+    assert rc == 0, err
+    assert "cai: cached" in text and "train: cached" in text
 
 
 def test_cai_flops_weights_follow_the_batch():

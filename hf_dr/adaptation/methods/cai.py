@@ -104,7 +104,8 @@ class SpladeCAI(TripletMethod):
                                       mlm_max_length=max_length, train_splade=False, evaluate=False, seed=cfg.seed),
                          dtype=cfg.dtype) \
             if fresh else json.loads((d / "report.json").read_text())
-        model = SPLADECAI.from_pretrained(report["model_dir"])
+        # the chain's model in this folder (not the report's absolute path: a moved work folder still reads its cache)
+        model = SPLADECAI.from_pretrained(d / "final")
         set_max_length(model, max_length)
         model.config.use_idf = False  # fitted; switched on in the trained model (as_output), never while training
         vocab = report.get("vocabulary") or {}
