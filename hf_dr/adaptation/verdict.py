@@ -188,7 +188,7 @@ def decide(kept_start: bool, judged: dict | None, contained: bool, pseudo: dict,
         if unverified is not None:
             lean = "lean its way by less than they can resolve" if judged["difference"] > 0 else \
                 "do not lean its way, and resolve no loss either"
-            return KEPT, f"{head}: the {judged_part} {lean}"
+            return KEPT, f"{head}: the held-out judged dev queries {lean} ({judged_part})"
         return KEPT, f"{KEPT}: no checkpoint beat it on the judged dev queries that chose ({judged_part})"
     if unverified is not None:
         if fell is not None:
