@@ -103,14 +103,17 @@ def prepare(corpus: str, work: Path, dev_fraction: float, max_docs: int | None, 
     return {**folders, "dev": len(dev), "test": len(qids) - len(dev), "generate": not has_train}
 
 
-def adapt_run(data: Path, out: Path, work_dir: Path, student: str, method: str, seed: int, a, generate: bool) -> dict:
-    """One `hf-dr adapt` (skipped when ``out/metrics.json`` exists); returns its metrics and the command."""
+def adapt_run(data: Path, out: Path, work_dir: Path, student: str, method: str, seed: int, a, generate: bool,
+              extra: tuple[str, ...] = ()) -> dict:
+    """One `hf-dr adapt` (skipped when ``out/metrics.json`` exists), ``extra`` flags last; returns its
+    metrics and the command."""
     cmd = ["adapt", "--data", str(data), "--model", str(MODELS[student]), "--method", method, "--seed", str(seed),
            "--output", str(out), "--work-dir", str(work_dir), "--overwrite"]
     cmd += ["--kind", "sparse"] * (student == "splade-tiny") + ["--queries", "generate"] * generate
     for flag in ("max_steps", "max_length", "batch_size"):
         if getattr(a, flag) is not None:
             cmd += [f"--{flag.replace('_', '-')}", str(getattr(a, flag))]
+    cmd += list(extra)
     shown = "hf-dr " + " ".join(os.path.relpath(x, REPO) if x.startswith("/") else x for x in cmd)
     if not (out / "metrics.json").is_file():
         log(f"$ {shown}")

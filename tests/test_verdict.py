@@ -563,3 +563,30 @@ def test_prediction_interval_covers_the_difference_on_other_queries():
     assert inside_ci / reps < 0.90
     assert prediction_half_width(r) == pytest.approx(r["resolution"] * 2 ** 0.5)  # as many other queries
     assert prediction_half_width({"queries": 1, "resolution": None}) is None
+
+
+def test_the_defaults_benchmark_supports_a_value_only_on_three_corpora():
+    """benchmarks/defaults.py: per corpus the best trained score wins and values within the tie
+    margin tie; a value is supported when it wins or ties on at least three corpora. The trained
+    score is the chosen checkpoint's, whether it shipped or was kept beside the start."""
+    import importlib.util
+    import sys
+
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    sys.path.insert(0, str(root))
+    spec = importlib.util.spec_from_file_location("hf_dr_defaults_benchmark", root / "defaults.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.parse_grid("splade-tiny:cai:learning-rate=3e-5,1e-4") == ("splade-tiny", "cai", "learning-rate",
+                                                                          ["3e-5", "1e-4"])
+    scores = {"a": {"x": 0.50, "y": 0.497}, "b": {"x": 0.40, "y": 0.45}, "c": {"x": 0.30, "y": 0.29},
+              "d": {"x": 0.60, "y": 0.61}}
+    d = mod.decide(scores, tie=0.005)
+    assert d["x"]["wins_or_ties"] == ["a", "c"] and not d["x"]["supported"]
+    assert d["y"]["wins_or_ties"] == ["a", "b", "d"] and d["y"]["supported"]
+    d = mod.decide(scores, tie=0.011)
+    assert d["x"]["supported"] and d["x"]["wins_or_ties"] == ["a", "c", "d"] and len(d["y"]["wins_or_ties"]) == 4
+    shipped = {"kept_starting_model": False, "after": {"ndcg@10": 0.6}, "best_checkpoint": None}
+    kept = {"kept_starting_model": True, "after": {"ndcg@10": 0.5}, "best_checkpoint": {"ndcg@10": 0.55}}
+    assert mod.trained_score(shipped) == 0.6 and mod.trained_score(kept) == 0.55
+    assert mod.trained_score({**kept, "best_checkpoint": None}) is None
