@@ -86,8 +86,8 @@ class SparseIndex:
         """The stored vectors of the documents at ``rows`` (CSR ``[len(rows), |V|]``)."""
         return self.postings[:, np.asarray(rows)].T.tocsr()
 
-    #: postings a group of queries scored by one sparse product may touch (their copy and the output:
-    #: ~16 bytes each; a query touching more is a group of its own)
+    #: postings a group of queries scored by one sparse product may touch (the output, and a copy of
+    #: them where the postings' types need one: ~16 bytes each; a query touching more is a group of its own)
     GROUP_POSTINGS = 1 << 20
 
     def search(self, query_vectors: sp.spmatrix, query_ids: Sequence[str], top_k: int = 1000,
@@ -142,7 +142,15 @@ class SparseIndex:
     def _product(self, Q: sp.csr_matrix) -> sp.csr_matrix:
         """``Q @ D^T`` (CSR ``[len(Q), n]``, documents in no order), computed on the posting lists of
         ``Q``'s terms only (their rows of the memory-mapped arrays), ``Q``'s rows kept as they are; in
-        float32, as a query scored alone."""
+        float32, as a query scored alone. SciPy's product reads only those rows: float32 postings whose
+        two index arrays share a type are multiplied as they are; others (SciPy would convert the whole
+        arrays) through a copy of those rows."""
+        P = self.postings
+        if P.dtype == np.float32 and P.indptr.dtype == P.indices.dtype:
+            idx = P.indices.dtype
+            Qc = sp.csr_matrix((np.asarray(Q.data, np.float32), np.asarray(Q.indices, idx), np.asarray(Q.indptr, idx)),
+                               shape=Q.shape)
+            return Qc @ P
         terms = np.unique(Q.indices)
         sub = self.postings[terms].astype(np.float32, copy=False)
         Qc = sp.csr_matrix((np.asarray(Q.data, np.float32), np.searchsorted(terms, Q.indices), Q.indptr),
