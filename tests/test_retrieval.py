@@ -77,6 +77,40 @@ def test_sparse_index_equals_the_sparse_product_bit_for_bit(empty):
     assert (idx.doc_vectors([4, 2]) != D[[4, 2]]).nnz == 0
 
 
+@pytest.mark.parametrize("postings", ["float32", "float64"])
+@pytest.mark.parametrize("top_k", [0, 1, 7, 60, 1000])
+def test_sparse_index_ties_and_non_positive_scores_in_both_searches(top_k, postings):
+    """Scores from a few values, so that many documents tie (at the k-th score too), weights of either
+    sign (negative and zero scores are not hits), k above the hits: the top-k by score, then corpus
+    order, whether a query is scored alone (few postings) or in a group (postings for many documents),
+    over postings multiplied as they are or (other types) through a copy of the rows used, in float32."""
+    rng = np.random.default_rng(5)
+    n, vocab = 400, 30
+    dense = rng.choice([0.0, 0.5, 1.0, 2.0], size=(n, vocab), p=[0.7, 0.1, 0.1, 0.1]).astype(np.float32)
+    dense[:, :5] *= rng.random((n, 5)) < 0.05  # rare terms: a query of these alone is scored on its own
+    D = sp.csr_matrix(dense)
+    rows = [{0: 1.0}, {1: 2.0, 3: -1.0}, {2: 0.5, 4: 0.5, 0: 1.0}, {5: 1.0, 6: 2.0, 7: -1.0, 8: 1.0},
+            {9: 1.0, 10: 1.0, 11: 1.0, 12: 1.0, 13: 0.5}, {14: -1.0}, {15: 1.0, 16: -1.0}, {}]
+    Q = sp.lil_matrix((len(rows), vocab), dtype=np.float32)
+    for i, row in enumerate(rows):
+        for t, w in row.items():
+            Q[i, t] = w
+    Q = Q.tocsr()
+    ids = [f"d{i}" for i in range(n)]
+    idx = SparseIndex(D, ids)
+    if postings != "float32":  # the values are float32's too: the same scores expected
+        P = idx.postings
+        idx = SparseIndex.from_postings(sp.csr_matrix((P.data.astype(np.float64), P.indices, P.indptr),
+                                                      shape=P.shape), ids)
+    run = idx.search(Q, [f"q{i}" for i in range(len(rows))], top_k=top_k)
+    full = (Q @ D.T.tocsr()).toarray()
+    for i in range(len(rows)):
+        nz = np.flatnonzero(full[i] > 0)
+        want = nz[np.lexsort((nz, -full[i][nz]))][:top_k]
+        assert list(run[f"q{i}"]) == [ids[d] for d in want]
+        assert list(run[f"q{i}"].values()) == [float(v) for v in full[i][want]]
+
+
 def test_sparse_search_memory_is_an_accumulator_and_the_postings_touched():
     """A million documents, a query on two rare terms: beside its one float32 accumulator per
     document (4 MB), the search allocates what the 6,000 postings it touches need, no copy of the
@@ -99,6 +133,26 @@ def test_sparse_search_memory_is_an_accumulator_and_the_postings_touched():
     tracemalloc.stop()
     assert len(run["q"]) == 10
     assert peak < 4 * n + 400_000, peak  # the accumulator + 6,000 postings touched, ~40 bytes each
+
+
+def test_sparse_group_product_copies_nothing_of_the_index():
+    """Queries touching postings for more than a tenth of the documents (scored in a group by SciPy's
+    product): the index's arrays (16 MB) are multiplied as they are, not converted or copied."""
+    import tracemalloc
+
+    n, vocab, per_term = 200_000, 100, 20_000
+    rng = np.random.default_rng(1)
+    docs = np.concatenate([np.sort(rng.choice(n, size=per_term, replace=False)) for _ in range(vocab)])
+    P = sp.csr_matrix((rng.random(vocab * per_term, dtype=np.float32), docs.astype(np.int32),
+                       np.arange(0, vocab * per_term + 1, per_term, dtype=np.int32)), shape=(vocab, n), copy=False)
+    idx = SparseIndex.from_postings(P, np.arange(n).astype(str))
+    Q = sp.csr_matrix((np.ones(6, np.float32), np.array([3, 50, 97, 1, 2, 3]), np.array([0, 3, 6])), shape=(2, vocab))
+    tracemalloc.start()
+    run = idx.search(Q, ["a", "b"], top_k=10)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert [len(r) for r in run.values()] == [10, 10]
+    assert peak < 4_000_000, peak  # the group's scores (<= 120,000) and their ranking
 
 
 def test_bm25_scores_are_bm25s_own_to_the_bit():

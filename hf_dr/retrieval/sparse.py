@@ -86,8 +86,8 @@ class SparseIndex:
         """The stored vectors of the documents at ``rows`` (CSR ``[len(rows), |V|]``)."""
         return self.postings[:, np.asarray(rows)].T.tocsr()
 
-    #: postings a group of queries scored by one sparse product may touch (their copy and the output:
-    #: ~16 bytes each; a query touching more is a group of its own)
+    #: postings a group of queries scored by one sparse product may touch (the output, and a copy of
+    #: them where the postings' types need one: ~16 bytes each; a query touching more is a group of its own)
     GROUP_POSTINGS = 1 << 20
 
     def search(self, query_vectors: sp.spmatrix, query_ids: Sequence[str], top_k: int = 1000,
@@ -133,34 +133,47 @@ class SparseIndex:
                 group += touched[end]
                 end += 1
             S = self._product(Q[r:end])
-            for i in range(end - r):
-                a, b = S.indptr[i], S.indptr[i + 1]
-                run[str(query_ids[r + i])] = self._ranking(S.indices[a:b].astype(np.int64), S.data[a:b], k)
+            bounds = S.indptr.tolist()
+            for i, (a, b) in enumerate(zip(bounds, bounds[1:]), r):
+                run[str(query_ids[i])] = self._ranking(S.indices[a:b], S.data[a:b], k)
             r = end
         return run
 
     def _product(self, Q: sp.csr_matrix) -> sp.csr_matrix:
         """``Q @ D^T`` (CSR ``[len(Q), n]``, documents in no order), computed on the posting lists of
-        ``Q``'s terms only (their rows of the memory-mapped arrays), ``Q``'s rows kept as they are."""
+        ``Q``'s terms only (their rows of the memory-mapped arrays), ``Q``'s rows kept as they are; in
+        float32, as a query scored alone. SciPy's product reads only those rows: float32 postings whose
+        two index arrays share a type are multiplied as they are; others (SciPy would convert the whole
+        arrays) through a copy of those rows."""
+        P = self.postings
+        if P.dtype == np.float32 and P.indptr.dtype == P.indices.dtype:
+            idx = P.indices.dtype
+            Qc = sp.csr_matrix((np.asarray(Q.data, np.float32), np.asarray(Q.indices, idx), np.asarray(Q.indptr, idx)),
+                               shape=Q.shape)
+            return Qc @ P
         terms = np.unique(Q.indices)
-        sub = self.postings[terms]
-        Qc = sp.csr_matrix((Q.data, np.searchsorted(terms, Q.indices), Q.indptr), shape=(Q.shape[0], len(terms)))
+        sub = self.postings[terms].astype(np.float32, copy=False)
+        Qc = sp.csr_matrix((np.asarray(Q.data, np.float32), np.searchsorted(terms, Q.indices), Q.indptr),
+                           shape=(Q.shape[0], len(terms)))
         return Qc @ sub
 
     def _ranking(self, docs: np.ndarray, vals: np.ndarray, k: int) -> dict[str, float]:
         """``{doc_id: score}`` of a query's best ``k`` documents with a positive score (documents sharing
-        no positive term are not hits), best first; at the k-th score the first documents in corpus order."""
-        keep = vals > 0
-        docs, vals = docs[keep], vals[keep]
-        if len(vals) > k:
-            kth = -np.partition(-vals, k - 1)[k - 1]
-            above = np.flatnonzero(vals > kth)
-            ties = np.flatnonzero(vals == kth)
-            ties = ties[np.argsort(docs[ties], kind="stable")][: k - len(above)]
-            sel = np.concatenate([above, ties])
-            docs, vals = docs[sel], vals[sel]
-        order = np.lexsort((docs, -vals))
-        return dict(zip(self._names(docs[order]), vals[order].tolist()))  # Python floats, float(s) of each
+        no positive term are not hits), best first; at the k-th score the first documents in corpus order.
+        ``docs``: rows, ``vals``: their float32 scores."""
+        hit = vals > 0
+        if not hit.all():
+            docs, vals = docs[hit], vals[hit]
+        if 0 < k < len(vals):  # those scoring at least the k-th best score: the k best and any tied with the k-th
+            top = np.flatnonzero(vals >= np.partition(vals, len(vals) - k)[len(vals) - k])
+            docs, vals = docs[top], vals[top]
+        # one int64 key a document, ordered as (score, then corpus order reversed): the bits of a positive
+        # float32 (they order as the floats do) above the row's complement; sorted, the best last
+        keys = vals.view(np.int32).astype(np.int64) << 32 | (0xFFFFFFFF - docs.astype(np.int64))
+        keys.sort()
+        best = keys[::-1][:k]
+        rows, scores = 0xFFFFFFFF - (best & 0xFFFFFFFF), (best >> 32).astype(np.int32).view(np.float32)
+        return dict(zip(self._names(rows), scores.tolist()))  # Python floats, float(s) of each
 
     def _names(self, rows: np.ndarray) -> list[str]:
         """The ids of the documents at ``rows`` (a saved index's: only those are read)."""
