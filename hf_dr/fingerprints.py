@@ -44,6 +44,21 @@ def corpus_fingerprint(pairs: Iterable[tuple[str, str]]) -> str:
     return h.hexdigest()
 
 
+#: configuration entries that say where a model was read from or how it was saved, not how it encodes
+_NOT_IDENTITY = ("_name_or_path", "transformers_version", "architectures")
+
+
+def _config_identity(d):
+    """A configuration dict without :data:`_NOT_IDENTITY`, at every depth (a nested backbone config
+    records the path it was read from too): the same model read from ``../m`` and ``/abs/m``, or saved
+    again, has the same identity."""
+    if isinstance(d, dict):
+        return {k: _config_identity(v) for k, v in d.items() if k not in _NOT_IDENTITY}
+    if isinstance(d, list):
+        return [_config_identity(v) for v in d]
+    return d
+
+
 def model_fingerprint(model) -> str:
     """A hash of a model's class, configuration and every weight it encodes with (a model lists
     unused weights' name prefixes in ``fingerprint_skip``): two models with the same fingerprint
@@ -55,9 +70,7 @@ def model_fingerprint(model) -> str:
     if cfg is not None and hasattr(cfg, "to_dict"):
         # not what saving rewrites (``save_pretrained`` sets ``architectures`` to the saving class): a model
         # and its saved copy encode alike
-        d = {k: v for k, v in cfg.to_dict().items() if k not in ("_name_or_path", "transformers_version",
-                                                                  "architectures")}
-        h.update(json.dumps(d, sort_keys=True, default=str).encode())
+        h.update(json.dumps(_config_identity(cfg.to_dict()), sort_keys=True, default=str).encode())
     tok = getattr(model, "tokenizer", None)
     if tok is not None:
         h.update(f"{type(tok).__name__}:{len(tok)}".encode())

@@ -277,3 +277,22 @@ def test_cli_encode_partial_work_of_other_settings(tiny_bert_dir, tmp_path, caps
     assert (tmp_path / ".emb.partial" / "shards" / "00000.json").is_file()
     assert main([*argv, "--max-length", "16", "--overwrite"]) == 0
     assert Embeddings(tmp_path / "emb").manifest["max_length"] == 16 and not (tmp_path / ".emb.partial").exists()
+
+
+def test_a_model_has_one_fingerprint_whatever_path_it_was_read_from(tiny_bert_dir, tmp_path, monkeypatch):
+    """A SPLADE model records its backbone's config, path included: the fingerprint ignores where a
+    model was read from at every depth, so embeddings and indexes made with ``../m`` open with
+    ``/abs/m`` (they were refused as "encoded by another model")."""
+    import os
+
+    from hf_dr.fingerprints import model_fingerprint
+    from hf_dr.models import load_encoder
+
+    monkeypatch.chdir(tmp_path)
+    rel = os.path.relpath(tiny_bert_dir, tmp_path)
+    a, b = load_encoder(rel, kind="sparse"), load_encoder(str(tiny_bert_dir), kind="sparse")
+    assert a.config.to_dict()["backbone_config"]["_name_or_path"] != b.config.to_dict()["backbone_config"]["_name_or_path"]
+    assert model_fingerprint(a) == model_fingerprint(b)
+    # what it hashes still tells models apart
+    b.config.backbone_config.hidden_dropout_prob = 0.3
+    assert model_fingerprint(a) != model_fingerprint(b)
