@@ -421,11 +421,55 @@ def test_judged_dev_queries_choose_and_never_train(judged_data, tiny_bert_dir, t
     if m["verdict"] == LABELLED:
         assert j["difference"] >= j["resolution"] > 0 or j["difference"] > 0 == j["resolution"]
     if m["kept_starting_model"]:
-        assert m["verdict"] == KEPT and m["unverified"] is None
+        assert m["verdict"] == KEPT  # an unresolved lean keeps the checkpoint beside it, unverified
+        assert m["unverified"] is None or not (j["resolution"] and j["difference"] >= j["resolution"])
+    else:  # with judged queries a trained checkpoint is output only on a gain the held-out half resolves
+        assert m["verdict"] == LABELLED
+    iv = m["verdict_interval"]
+    assert iv["prediction_half_width"] == pytest.approx(iv["half_width"] * 2 ** 0.5) and iv["sd"] is not None
     card = (out / "README.md").read_text()
+    assert "On as many other queries like them, the difference should fall within" in card
     assert f"## Verdict: {m['verdict']} ({m['verdict_word']})" in card
     assert f"{len(select)}\nchose the checkpoint" in card or "chose the checkpoint" in card
     assert "judged dev nDCG@10 | pseudo-dev nDCG@10" in card
+
+
+@pytest.mark.pipeline
+@pytest.mark.parametrize("difference, shipped", [(0.01, False), (0.08, True)])
+def test_with_judged_queries_only_a_resolved_held_out_gain_ships(judged_data, tiny_bert_dir, tmp_path, capsys,
+                                                                 monkeypatch, difference, shipped):
+    """The checkpoint won on the selection half; the held-out half leans its way by 0.01 against a
+    ±0.05 resolution (kept beside the start as unverified, MARGINAL), or by 0.08 (shipped, WIN)."""
+    import hf_dr.adaptation.stages as stages
+    from hf_dr.adaptation.methods import get_method
+
+    method = get_method("dodress")
+    real_train, real_judged = method.train, stages._judged_verdict
+
+    def train(cfg, student, *args, **kwargs):
+        record = real_train(cfg, student, *args, **kwargs)
+        record["dev"] = {2: 2.0, 4: 1.0}  # step 2 beats the start on the selection half
+        return record
+
+    def judged(*args, **kwargs):
+        return {**real_judged(*args, **kwargs), "difference": difference, "resolution": 0.05, "p_value": 0.2}
+
+    monkeypatch.setattr(method, "train", train)
+    monkeypatch.setattr(stages, "_judged_verdict", judged)
+    data, _ = judged_data
+    out = tmp_path / "out"
+    assert main(["adapt", "--data", str(data), "--model", str(tiny_bert_dir), "--method", "dodress", "--output",
+                 str(out), *FAST]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["kept_starting_model"] is (not shipped)
+    if shipped:
+        assert m["verdict"] == LABELLED and m["verdict_word"] == "WIN" and m["unverified"] is None
+        assert m["selected_step"] == 2 and not (out / "unverified").exists()
+    else:
+        assert m["verdict"] == KEPT and m["verdict_word"] == "MARGINAL" and m["selected_step"] == 0
+        assert m["unverified"]["step"] == 2 and (out / "unverified" / "config.json").is_file()
+        assert "less than they can resolve" in m["verdict_sentence"] and m["after"] == m["before"]
+        assert "showed it better by more than the evidence resolves" in (out / "README.md").read_text()
 
 
 @pytest.mark.pipeline
