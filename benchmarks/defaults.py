@@ -115,12 +115,15 @@ def main(argv=None) -> int:
                              "budget": tag, "method": f"{student}:{method}", "flag": flag, "value": value})
             v = verdicts.get(value)
             if v:
+                on = ", ".join(v["wins_or_ties"]) or "none"
                 rows.append({"table": "defaults_summary", "dataset": ",".join(scores),
-                             "system": f"{student}:{method} --{flag} {value} ({tag}; seeds {a.seeds})",
+                             "system": f"{student}:{method} --{flag} {value} ({tag}; seeds {a.seeds}): wins or ties "
+                                       f"on {on}",
                              "command": command_line(), "machine": machine(),
                              "metrics": {"wins or ties": len(v["wins_or_ties"]), "corpora": len(v["corpora"]),
-                                         "on": ", ".join(v["wins_or_ties"]), "supported (>= 3)": int(v["supported"])},
-                             "budget": tag, "method": f"{student}:{method}", "flag": flag, "value": value})
+                                         "supported (>= 3)": int(v["supported"])},
+                             "budget": tag, "method": f"{student}:{method}", "flag": flag, "value": value,
+                             "on": v["wins_or_ties"]})
                 log(f"{student}:{method} --{flag} {value}: wins or ties on {v['wins_or_ties']} of {v['corpora']}")
     save_rows("defaults", rows)
     return 0
