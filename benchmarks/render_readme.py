@@ -49,6 +49,7 @@ LABELS = {"docs_per_s": "docs/s", "peak_gpu_mb": "peak GPU MB", "ndcg@10": "nDCG
           "max_s_during_B_build": "max during B's build (s)", "word_f1": "word F1", "min_word_f1": "min word F1",
           "words_in_order": "words in order", "corpus_jsonl_ndcg@10": "corpus.jsonl nDCG@10",
           "ingest_docs_per_s": "ingest files/s", "ingest_pages_per_s": "ingest pages/s", "peak_rss_mib": "peak RSS (MiB)",
+          "ingest_seconds": "ingest (s)",
           "files_per_s": "files/s", "over_window": "over the window", "overflow_p95": "overflow p95 (tokens)"}
 
 
@@ -62,7 +63,7 @@ def load_rows() -> list[dict]:
 
 
 def _fmt(v, key: str = "") -> str:
-    if isinstance(v, float) and (key.endswith("_per_s") or key.endswith("minutes")):
+    if isinstance(v, float) and (key.endswith("_per_s") or key.endswith("minutes") or key.endswith("_seconds")):
         return f"{v:.1f}"
     if isinstance(v, float) and key == "ratio":
         return f"{v:.2f}"
