@@ -232,6 +232,37 @@ def test_splade_hits_list_their_matched_terms(tmp_path, tiny_bert_dir):
         assert h["why_html"].count('class="term"') == len(shared) and "matched terms" in h["why_html"]
 
 
+def test_models_loaded_by_concurrent_builds_are_whole(tmp_path, tiny_bert_dir):
+    """Requests for several retrievers at once load their models in parallel build threads;
+    transformers' loading is not thread-safe (parameters left on the meta device), so every model
+    the engine hands out has real weights however many were requested together."""
+    import threading
+
+    from hf_dr.models.splade import SPLADECAI
+
+    SPLADECAI.from_backbone(tiny_bert_dir, max_doc_length=64).save_pretrained(tmp_path / "splade")
+    corpus = small_beir(tmp_path / "c", n_docs=10)
+    got, errors = [], []
+
+    def load(f):
+        try:
+            got.append(f())
+        except Exception as e:  # noqa: BLE001 - collected and asserted below
+            errors.append(e)
+
+    for _ in range(4):  # a fresh engine (empty model cache) each round: without the lock some round fails
+        engine = _engine(corpus=str(corpus), splade_model=str(tmp_path / "splade"), dense_model=str(tiny_bert_dir),
+                         device="cpu")
+        threads = [threading.Thread(target=load, args=(f,)) for f in (engine.splade_model, engine.dense_model)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == [] and len(got) == 8
+    for m in got:
+        assert all(p.device.type == "cpu" for p in m.parameters())
+
+
 def test_berm_hits_highlight_their_essential_unit(tmp_path, tiny_bert_dir):
     """A BERM hit's passage is shown with one unit marked: the one ``score_units`` scores highest."""
     import numpy as np

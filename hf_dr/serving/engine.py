@@ -76,6 +76,11 @@ def available_retrievers(cfg: ServingConfig) -> tuple[list[str], list[str]]:
     return ok, notes
 
 
+# transformers' loading is not thread-safe: two ``from_pretrained`` calls in two build threads at once
+# leave parameters on the meta device ("Cannot copy out of meta tensor"), so the engine loads one
+# model at a time (indexes still build in parallel).
+_LOAD = threading.Lock()
+
 _PATH = re.compile(r"""(?<![\w.~/-])(?:[A-Za-z]:\\|~/|\.{1,2}/|/)[^\s'"`,;()\[\]<>]*""")
 
 
@@ -182,7 +187,8 @@ class SearchEngine:
         def build():
             from ..devices import resolve_device
 
-            m = load()
+            with _LOAD:
+                m = load()
             if hasattr(m, "to"):
                 m.to(resolve_device(self.cfg.device))
             m.encode_dtype = self.cfg.dtype  # every encoding of the engine (corpus and queries) in one precision
