@@ -1,14 +1,17 @@
 """Long documents: what truncation to the model's window loses, and what passages + MaxP win back.
 
-    python benchmarks/long_documents.py                                   # SciFact and ArguAna, whole (heavy on CPU)
-    python benchmarks/long_documents.py --docs 2000 --max-queries 200     # a reduced run
+    python benchmarks/long_documents.py                                   # SciFact, ArguAna, TREC-DL, whole (heavy on CPU)
+    python benchmarks/long_documents.py --docs 600 --max-queries 150      # a reduced run
+    python benchmarks/long_documents.py --docs 600 --max-queries 150 --passages-only --pack-below 0,32,64,128
+                                                                          # how paragraphs are packed
 
 Each long document is the concatenation of 8 documents of the corpus (drawn by ``--seed``: the
 corpus shuffled, then cut into groups of 8; each part its title then its text, parts separated by
 a blank line); a long document is relevant to a query where one of its parts was (the highest
 grade of its parts). ArguAna's queries are arguments of its corpus: those documents are left out of
 the long documents (in the short corpus the self-match rule removes them; in a long one the query's
-own text would be a part of some long document).
+own text would be a part of some long document). TREC-DL 2019 keeps every judged passage (9,260,
+more than ``--docs``): its parts are MS MARCO passages, short paragraphs (~75 tokens).
 
 Rows, each all-MiniLM-L6-v2 (and BM25) on the test queries, nDCG@10:
 
@@ -17,7 +20,9 @@ Rows, each all-MiniLM-L6-v2 (and BM25) on the test queries, nDCG@10:
   encode loop's report: how many are longer and by how much);
 * ``long, passages + MaxP / FirstP / sum``: the long documents ``hf-dr ingest``-ed (rows of their
   corpus.jsonl, ``--text-column text``) into passages that fit all-MiniLM-L6-v2's window, scored as
-  their documents by ``hf-dr evaluate``'s aggregation.
+  their documents by ``hf-dr evaluate``'s aggregation; with ``--pack-below N`` (several: a row each,
+  MaxP only), whole paragraphs packed into one passage while it holds fewer than N tokens
+  (``hf-dr ingest --pack-below``; 0, the default, never packs).
 
 Rows: ``benchmarks/results/long_documents.json``.
 """
@@ -106,20 +111,25 @@ def run_dataset(name: str, args, encoder, model: str, window: int) -> list[dict]
 
     work = Path(args.work)
     short, long = build(name, work, args.docs, args.max_queries, args.seed)
-    passages = work / name / "passages"
-    shutil.rmtree(passages, ignore_errors=True)
     rows_dir = work / name / "rows"
     shutil.rmtree(rows_dir, ignore_errors=True)
     rows_dir.mkdir(parents=True)
     (rows_dir / "corpus.jsonl").write_bytes((long / "corpus.jsonl").read_bytes())
-    report = ingest_folder(rows_dir, passages, tokenizer=model, max_tokens=window, text_column="text",
-                           overlap=args.overlap, show_progress_bar=True)
-    (passages / "queries.jsonl").write_bytes((long / "queries.jsonl").read_bytes())
-    shutil.copytree(long / "qrels", passages / "qrels")
+
+    def ingested(pack: int) -> tuple[Path, dict]:
+        passages = work / name / f"passages-pack{pack}"
+        shutil.rmtree(passages, ignore_errors=True)
+        report = ingest_folder(rows_dir, passages, tokenizer=model, max_tokens=window, text_column="text",
+                               overlap=args.overlap, pack_below=pack, show_progress_bar=True)
+        (passages / "queries.jsonl").write_bytes((long / "queries.jsonl").read_bytes())
+        shutil.copytree(long / "qrels", passages / "qrels")
+        return passages, report
     tok = encoder.tokenizer
     lengths = [len(tok(d["title"] + " " + d["text"], verbose=False)["input_ids"]) for d in _jsonl(long / "corpus.jsonl")]
     over = sorted(n - window for n in lengths if n > window)
     rows, sizes = [], {}
+    packs = [int(x) for x in str(args.pack_below).split(",")]
+    ingested_once: dict[int, tuple[Path, dict]] = {}
 
     def row(system: str, what: str, res, extra=None):
         rows.append({"table": "long_documents", "dataset": name, "system": f"{system}: {what}",
@@ -143,12 +153,18 @@ def run_dataset(name: str, args, encoder, model: str, window: int) -> list[dict]
             row(system, "long documents, truncated" if system != "BM25" else "long documents", res,
                 {"over_window": len(over), "overflow_p95": int(np.percentile(over, 95, method="higher")) if over else 0,
                  "seconds": round(time.perf_counter() - t0, 1)} if system != "BM25" else None)
-        data = load_beir(passages, split="test")
-        retriever = make(data)
-        sizes = {"documents": len(long_docs_ids(long)), "passages": report["passages"]}
-        tag = "" if args.overlap is None else f" (overlap {args.overlap})"
-        for how in ("maxp", "firstp", "sum"):
-            row(system, f"long documents, passages{tag} + {how}", evaluate(retriever, data, aggregate=how))
+        for pack in packs:
+            if pack not in ingested_once:
+                ingested_once[pack] = ingested(pack)
+            passages, report = ingested_once[pack]
+            data = load_beir(passages, split="test")
+            retriever = make(data)
+            sizes = {"documents": len(long_docs_ids(long)), "passages": report["passages"]}
+            tag = ", ".join(([f"overlap {args.overlap}"] if args.overlap is not None else []) +
+                            ([f"paragraphs packed below {pack} tokens"] if pack else []))
+            tag = f" ({tag})" if tag else ""
+            for how in ("maxp", "firstp", "sum") if pack == 0 else ("maxp",):
+                row(system, f"long documents, passages{tag} + {how}", evaluate(retriever, data, aggregate=how))
     return rows
 
 
@@ -158,12 +174,14 @@ def long_docs_ids(long: Path) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--datasets", default="scifact,arguana")
+    ap.add_argument("--datasets", default="scifact,arguana,msmarco-trecdl2019")
     ap.add_argument("--docs", type=int, default=None, help="documents kept: the judged ones, then others up to N")
     ap.add_argument("--max-queries", type=int, default=None, help="test queries drawn by --seed (default: all)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-bm25", action="store_true")
     ap.add_argument("--overlap", type=int, default=None, help="the passages' overlap (default: hf-dr ingest's)")
+    ap.add_argument("--pack-below", default="0", help="hf-dr ingest's --pack-below, or several (0,32,64): passage "
+                                                      "rows for each (default 0, ingest's)")
     ap.add_argument("--passages-only", action="store_true", help="only the passage rows (e.g. with --overlap)")
     ap.add_argument("--work", default="runs/bench-long")
     ap.add_argument("--no-save", action="store_true")

@@ -76,10 +76,16 @@ def _check_passages(ps, blocks, counter, window):
     assert {i for i, c in enumerate(text) if not c.isspace()} <= covered  # nothing cut unseen
 
 
+def _paragraph_of(blocks, pos: int) -> int:
+    _, offsets = document_text(blocks)
+    return max(i for i, o in enumerate(offsets) if o <= pos)
+
+
 @pytest.mark.parametrize("window, overlap", [(16, 0), (40, 16), (100, 40)])
 def test_passages_fit_the_window_cover_the_text_and_overlap(window, overlap):
     rng = random.Random(window)
     blocks = [Block(_prose(rng, rng.randint(1, 6), rng.randint(3, 20))) for _ in range(12)]
+    blocks += [Block(_prose(rng, 12, 12))]  # longer than every window: cut into pieces
     counter = TokenCounter()
     ps = split_document("", blocks, counter, window, overlap)
     _check_passages(ps, blocks, counter, window)
@@ -88,8 +94,39 @@ def test_passages_fit_the_window_cover_the_text_and_overlap(window, overlap):
     assert any(shared) if overlap else not any(shared)
     for a, b in zip(ps, ps[1:]):
         assert b.start > a.start
-        if a.end > b.start:  # what is shared is at most `overlap` tokens
+        if a.end > b.start:  # what is shared is at most `overlap` tokens, of one paragraph
             assert counter.count(a.text[b.start - a.start:]) <= overlap
+            assert _paragraph_of(blocks, a.start) == _paragraph_of(blocks, b.start)
+    for p in ps:  # by default a passage is (a piece of) one paragraph
+        assert _paragraph_of(blocks, p.start) == _paragraph_of(blocks, p.end - 1)
+
+
+def test_whole_paragraphs_are_packed_only_below_pack_below():
+    counter = TokenCounter()
+    blocks = [Block("One two."), Block("Three four five six seven."), Block("Eight nine ten eleven."),
+              Block("Twelve.")]
+    texts = [p.text for p in split_document("", blocks, counter, 64, 8)]
+    assert texts == [b.text for b in blocks]  # the default: each paragraph that fits is its own passage
+    # packing while the passage holds fewer than 3 tokens: "One two." (2) takes the next paragraph (7),
+    # which then stops it; "Twelve." joins "Eight ... eleven." only if that held fewer than 3 (it holds 4)
+    texts = [p.text for p in split_document("", blocks, counter, 64, 8, pack_below=3)]
+    assert texts == ["One two.\n\nThree four five six seven.", "Eight nine ten eleven.", "Twelve."]
+    texts = [p.text for p in split_document("", blocks, counter, 64, 8, pack_below=64)]  # the window's limit
+    assert texts == ["\n\n".join(b.text for b in blocks)]
+    texts = [p.text for p in split_document("", blocks, counter, 8, 0, pack_below=64)]
+    assert texts == ["One two.\n\nThree four five six seven.", "Eight nine ten eleven.\n\nTwelve."]
+
+
+def test_the_folder_records_pack_below_and_refuses_a_change(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a.txt").write_text("One two.\n\nThree four five six seven.\n\nEight nine ten eleven.\n")
+    kw = dict(max_tokens=30, overlap=0, show_progress_bar=False)
+    report = ingest_folder(src, tmp_path / "C", **kw)
+    assert report["pack_below"] == 0 and report["passages"] == 3
+    with pytest.raises(ValueError, match="pack_below: 0 -> 30"):
+        ingest_folder(src, tmp_path / "C", pack_below=30, **kw)
+    assert ingest_folder(src, tmp_path / "D", pack_below=30, **kw)["passages"] == 1
 
 
 def test_cuts_fall_on_paragraphs_then_sentences_then_tokens():

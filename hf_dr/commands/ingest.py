@@ -8,8 +8,9 @@ its source::
 
 Passages are cut on paragraph and sentence boundaries to at most the model's window as its own
 tokenizer counts it (--model: its special tokens, document prompt, the passage's title — the
-document's title and heading path — and text), or --max-tokens words without a model; consecutive
-passages share up to --overlap tokens. CORPUS/manifest.jsonl says what became of every file
+document's title and heading path — and text), or --max-tokens words without a model: a paragraph
+that fits is one passage (--pack-below packs short ones), a longer one is cut into pieces that share
+up to --overlap tokens. CORPUS/manifest.jsonl says what became of every file
 (passages, pages, or skipped and why: empty, binary, corrupt or encrypted PDF, too large, a symbolic
 link out of DIR — refused — or a loop). Bad files never stop the run; the exit status is 2 only
 when nothing usable was found. Streamed, resumable (run the same command again after a crash,
@@ -41,6 +42,10 @@ def register(sub) -> None:
     p.add_argument("--overlap", type=non_negative_int, default=None,
                    help=f"tokens shared by consecutive passages of a section, whole sentences (default {DEFAULT_OVERLAP}, "
                         "at most an eighth of the window)")
+    p.add_argument("--pack-below", type=non_negative_int, default=0, metavar="TOKENS",
+                   help="pack whole paragraphs into one passage while it holds fewer tokens than this (default 0: "
+                        "each paragraph that fits is its own passage; raise it for files with many one-line "
+                        "paragraphs; docs/ingest.md)")
     p.add_argument("--text-column", default=None, help="JSONL / CSV / Parquet files: the column holding the text "
                                                        "(without it such files are skipped, said so)")
     p.add_argument("--id-column", default=None, help="tables: the row id column (default _id or id, else path:row)")
@@ -147,7 +152,7 @@ def run(args) -> int:
     try:
         with output_folder(out, overwrite=args.overwrite, inputs=inputs, work=partial_folder(out)) as tmp:
             r = ingest(output=tmp, tokenizer=tokenizer, max_tokens=window, overlap=args.overlap,
-                       prompt=prompt, text_column=args.text_column, id_column=args.id_column,
+                       pack_below=args.pack_below, prompt=prompt, text_column=args.text_column, id_column=args.id_column,
                        title_column=args.title_column, max_file_size=args.max_file_size << 20,
                        shard_size=args.shard_size, workers=args.workers,
                        show_progress_bar=not args.no_progress, restart=args.overwrite, **source)

@@ -41,19 +41,19 @@ from pathlib import Path
 
 from ..shards import all_shards_done, read_json_checked, run_processes, shard_name, shards_to_do, write_atomic, write_json
 from .extract import DOCUMENT_FORMATS, TABLE_FORMATS, SkipFile, extract, file_format, iter_rows
-from .split import Block, TokenCounter, split_document
+from .split import DEFAULT_PACK_BELOW, Block, TokenCounter, split_document
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["ingest_folder", "ingest_stage", "BEIR_FILES", "IngestError", "list_inputs", "doc_id", "passage_doc",
            "DEFAULT_SHARD_SIZE", "DEFAULT_MAX_FILE_SIZE", "DEFAULT_OVERLAP", "FORMAT_VERSION"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: whole paragraphs are no longer packed by default (pack_below)
 DEFAULT_SHARD_SIZE = 100
 #: a document file larger than this is skipped (``--max-file-size``); tables are streamed, never skipped for size
 DEFAULT_MAX_FILE_SIZE = 100 << 20
 DEFAULT_OVERLAP = 32
-_SETTINGS = ("tokenizer", "max_tokens", "overlap", "prompt", "text_column", "id_column", "title_column",
+_SETTINGS = ("tokenizer", "max_tokens", "overlap", "pack_below", "prompt", "text_column", "id_column", "title_column",
              "max_file_size", "shard_size")
 
 
@@ -180,7 +180,8 @@ class _Reader:
         self.counter = TokenCounter(tok, settings["prompt"] or "")
 
     def _lines(self, did: str, rel: str, title: str, blocks: list[Block], n0: int = 0) -> list[str]:
-        ps = split_document(title, blocks, self.counter, self.s["max_tokens"], self.s["overlap"])
+        ps = split_document(title, blocks, self.counter, self.s["max_tokens"], self.s["overlap"],
+                            self.s["pack_below"])
         return [json.dumps({"_id": f"{did}#{n0 + k}", "title": p.title, "text": p.text,
                             "metadata": {"source": rel, "page": p.page, "start": p.start, "end": p.end}},
                            ensure_ascii=False) + "\n" for k, p in enumerate(ps)]
@@ -349,14 +350,16 @@ def ingest_folder(src: str | os.PathLike, output: str | os.PathLike, *, max_toke
                   overlap: int | None = None, prompt: str = "", text_column: str | None = None,
                   id_column: str | None = None, title_column: str | None = "title",
                   max_file_size: int = DEFAULT_MAX_FILE_SIZE, shard_size: int = DEFAULT_SHARD_SIZE, workers: int = 1,
-                  show_progress_bar: bool = True, restart: bool = False, beir: bool = False) -> dict:
+                  show_progress_bar: bool = True, restart: bool = False, beir: bool = False,
+                  pack_below: int = DEFAULT_PACK_BELOW) -> dict:
     """Ingest the folder ``src`` into the corpus folder ``output`` (see the module docstring) and
     return its report (``ingest.json``: settings, counts, skipped files by reason).
 
     ``tokenizer``: the folder or Hub id of the model whose tokenizer counts tokens (None: words);
     ``max_tokens``: its window, special tokens included; ``prompt``: its document prompt (counted in
     the window); ``overlap``: tokens shared by consecutive passages (default: ``DEFAULT_OVERLAP``, at
-    most an eighth of the window). ``workers`` processes share the
+    most an eighth of the window); ``pack_below``: whole paragraphs share a passage only while it
+    holds fewer tokens than this (default 0: never, :mod:`hf_dr.ingest.split`). ``workers`` processes share the
     shards. Resumes a folder begun with the same settings and files; refuses one begun with others
     (:class:`IngestError`) or, with ``restart``, starts it again. ``beir``: see :func:`list_inputs`."""
     root, out = Path(src).expanduser(), Path(output)
@@ -365,7 +368,7 @@ def ingest_folder(src: str | os.PathLike, output: str | os.PathLike, *, max_toke
     if overlap is None and isinstance(max_tokens, int):
         overlap = min(DEFAULT_OVERLAP, max_tokens // 8)
     for name, v, low in (("max_tokens", max_tokens, 8), ("shard_size", shard_size, 1), ("workers", workers, 1),
-                         ("overlap", overlap, 0), ("max_file_size", max_file_size, 1)):
+                         ("overlap", overlap, 0), ("max_file_size", max_file_size, 1), ("pack_below", pack_below, 0)):
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise ValueError(f"{name} must be a whole number of at least {low} (got {v!r})")
     if overlap > max_tokens // 2:
@@ -375,7 +378,8 @@ def ingest_folder(src: str | os.PathLike, output: str | os.PathLike, *, max_toke
         raise IngestError(f"{src} holds no files")
     _require_libraries(entries)
     plan = {"format": FORMAT_VERSION, "tokenizer": str(tokenizer) if tokenizer else None, "max_tokens": max_tokens,
-            "overlap": overlap, "prompt": prompt or "", "text_column": text_column, "id_column": id_column,
+            "overlap": overlap, "pack_below": pack_below, "prompt": prompt or "", "text_column": text_column,
+            "id_column": id_column,
             "title_column": title_column, "max_file_size": max_file_size, "shard_size": shard_size,
             "listing": _listing_key(entries), "entries": entries}
     out.mkdir(parents=True, exist_ok=True)

@@ -5,13 +5,16 @@ A document (its title and blocks, :mod:`hf_dr.ingest.extract`) is cut into passa
 passage's title (the document's title and the heading path above the passage) and the text, counted
 with the model's own tokenizer (:class:`TokenCounter`; whitespace-separated words without one).
 
-Cuts fall on paragraph boundaries where a paragraph fits, else on sentence boundaries, and only a
-sentence longer than a whole passage is cut between tokens. A passage holds whole paragraphs, or
-pieces of one paragraph: the rest of a paragraph that had to be cut is never packed with the next
-one (measured: on ArguAna's long documents, a passage opening with the tail of another argument
-cost all-MiniLM-L6-v2 much of MaxP's recovery, docs/ingest.md). A passage never spans two heading
-paths. Consecutive passages of a section share up to ``overlap`` tokens (whole sentences or
-paragraphs: the last units of a passage open the next one).
+A passage is one paragraph where the paragraph fits the window; a longer paragraph is cut on
+sentence boundaries into pieces packed up to the window, and only a sentence longer than a whole
+passage is cut between tokens. Whole paragraphs are not packed together unless ``pack_below`` says
+so (a passage then takes the next paragraph while it holds fewer tokens than that): packing two
+paragraphs that each stand alone puts two topics in one vector, and cost all-MiniLM-L6-v2 MaxP
+nDCG@10 on all three long-document sets measured (docs/ingest.md, "Packing paragraphs"). The rest of a
+cut paragraph is never packed with the next one. A passage never spans two heading paths.
+Consecutive pieces of one paragraph share up to ``overlap`` tokens (whole sentences: the last
+sentences of a piece open the next); overlap mends cuts inside a paragraph, not the boundaries its
+author made.
 
 The document's text is its blocks joined by a blank line (``"\\n\\n"``); each passage's ``start`` and
 ``end`` are character offsets into it, and its text is exactly ``doc_text[start:end]``.
@@ -26,9 +29,14 @@ from dataclasses import dataclass
 
 from .extract import Block
 
-__all__ = ["TokenCounter", "Passage", "split_document", "document_text", "BLOCK_SEPARATOR", "passage_title"]
+__all__ = ["TokenCounter", "Passage", "split_document", "document_text", "BLOCK_SEPARATOR", "passage_title",
+           "DEFAULT_PACK_BELOW"]
 
 BLOCK_SEPARATOR = "\n\n"
+#: whole paragraphs are packed into one passage only while it holds fewer tokens than this; by
+#: default never: a paragraph is its author's unit of one topic, and two in one vector mix their
+#: topics (measured on three corpora, docs/ingest.md "Packing paragraphs")
+DEFAULT_PACK_BELOW = 0
 TITLE_SEPARATOR = " > "
 _SPACE = re.compile(r"\s*")
 _SENTENCE_END = re.compile(r"(?<=[.!?;])([\"')\]]*)\s+")
@@ -81,9 +89,10 @@ class _Unit:
     whole: bool = True  # the whole paragraph
 
 
-def _joins(a: _Unit, b: _Unit) -> bool:
-    """May ``b`` follow ``a`` in a passage: one heading path, and whole paragraphs or one paragraph."""
-    return a.headings == b.headings and (a.block == b.block or (a.whole and b.whole))
+def _joins(a: _Unit, b: _Unit, pack: bool = True) -> bool:
+    """May ``b`` follow ``a`` in a passage: one heading path, and pieces of one paragraph, or (where
+    ``pack``) whole paragraphs."""
+    return a.headings == b.headings and (a.block == b.block or (pack and a.whole and b.whole))
 
 
 def document_text(blocks: Sequence[Block]) -> tuple[str, list[int]]:
@@ -142,12 +151,16 @@ def _title_within(title: str, counter: TokenCounter, limit: int) -> str:
 
 
 def split_document(title: str, blocks: Sequence[Block], counter: TokenCounter, max_tokens: int,
-                   overlap: int = 0) -> list[Passage]:
-    """The passages of a document (see the module docstring); ``max_tokens``: the model's window."""
+                   overlap: int = 0, pack_below: int | None = None) -> list[Passage]:
+    """The passages of a document (see the module docstring); ``max_tokens``: the model's window;
+    ``pack_below``: whole paragraphs share a passage only while it holds fewer tokens than this
+    (default :data:`DEFAULT_PACK_BELOW`: never)."""
     room = max_tokens - counter.specials - counter.prompt
     if room < 1:
         raise ValueError(f"a window of {max_tokens} tokens leaves {room} for text (after special tokens and the "
                          "prompt): too small to split into")
+    if pack_below is None:
+        pack_below = DEFAULT_PACK_BELOW
     text, offsets = document_text(blocks)
     titles: dict[tuple[str, ...], tuple[str, int]] = {}
 
@@ -166,7 +179,8 @@ def split_document(title: str, blocks: Sequence[Block], counter: TokenCounter, m
         t, t_tokens = title_of(units[i].headings)
         budget = room - t_tokens
         j, used = i, 0
-        while j < len(units) and (j == i or _joins(units[j - 1], units[j])) and used + units[j].tokens <= budget:
+        while j < len(units) and (j == i or _joins(units[j - 1], units[j], used < pack_below)) and \
+                used + units[j].tokens <= budget:
             used += units[j].tokens
             j += 1
         j = max(j, i + 1)
@@ -174,7 +188,7 @@ def split_document(title: str, blocks: Sequence[Block], counter: TokenCounter, m
             j -= 1  # the tokenizer joins units differently than counted apart: one unit fewer
         passages.append(Passage(text[units[i].start:units[j - 1].end], t, units[i].page, units[i].start,
                                 units[j - 1].end))
-        if j >= len(units) or not _joins(units[j - 1], units[j]):
+        if j >= len(units) or not _joins(units[j - 1], units[j], pack=False):  # overlap mends cuts inside a paragraph
             i = j
             continue
         k, carried = j, 0  # the last units, up to `overlap` tokens, open the next passage
