@@ -22,7 +22,7 @@ Rows, each all-MiniLM-L6-v2 (and BM25) on the test queries, nDCG@10:
   corpus.jsonl, ``--text-column text``) into passages that fit all-MiniLM-L6-v2's window, scored as
   their documents by ``hf-dr evaluate``'s aggregation; with ``--pack-below N`` (several: a row each,
   MaxP only), whole paragraphs packed into one passage while it holds fewer than N tokens
-  (``hf-dr ingest --pack-below``; 0, the default, never packs).
+  (``hf-dr ingest --pack-below``; 0, the default, never packs): table ``long_documents_packing``.
 
 Rows: ``benchmarks/results/long_documents.json``.
 """
@@ -131,8 +131,8 @@ def run_dataset(name: str, args, encoder, model: str, window: int) -> list[dict]
     packs = [int(x) for x in str(args.pack_below).split(",")]
     ingested_once: dict[int, tuple[Path, dict]] = {}
 
-    def row(system: str, what: str, res, extra=None):
-        rows.append({"table": "long_documents", "dataset": name, "system": f"{system}: {what}",
+    def row(system: str, what: str, res, extra=None, table: str = "long_documents"):
+        rows.append({"table": table, "dataset": name, "system": f"{system}: {what}",
                      "command": command_line(), "machine": machine(),
                      "metrics": {"ndcg@10": round(res.aggregate["ndcg@10"], 4), "queries": res.n_queries, **sizes,
                                  **(extra or {})}})
@@ -164,7 +164,8 @@ def run_dataset(name: str, args, encoder, model: str, window: int) -> list[dict]
                             ([f"paragraphs packed below {pack} tokens"] if pack else []))
             tag = f" ({tag})" if tag else ""
             for how in ("maxp", "firstp", "sum") if pack == 0 else ("maxp",):
-                row(system, f"long documents, passages{tag} + {how}", evaluate(retriever, data, aggregate=how))
+                row(system, f"long documents, passages{tag} + {how}", evaluate(retriever, data, aggregate=how),
+                    table="long_documents" if pack == 0 else "long_documents_packing")
     return rows
 
 
