@@ -223,10 +223,11 @@ def summaries_of(budget: str) -> list[dict]:
     runs = [r for r in json.loads((RESULTS / "verdict.json").read_text())
             if r["table"] == "verdict" and r.get("budget") == budget]
     corpora = ",".join(dict.fromkeys(r["dataset"] for r in runs))
-    methods = ",".join(sorted({r["method"] for r in runs}))
-    seeds = ",".join(str(s) for s in sorted({r["seed"] for r in runs}))
     out = []
     for label, flag in (("with judged dev queries", True), ("without judged dev queries", False)):
+        these = [r for r in runs if bool(r["judged_fields"].get("judged")) == flag] or runs
+        methods = ",".join(sorted({r["method"] for r in these}))
+        seeds = ",".join(str(s) for s in sorted({r["seed"] for r in these}))
         row = {"table": "verdict_summary", "dataset": corpora,
                "system": f"{label} ({budget}; {methods}; seeds {seeds})", "budget": budget,
                "command": _one_run_command(corpora, methods, seeds, None), "machine": machine(),

@@ -40,8 +40,11 @@ def tokenize_corpus(texts: Sequence[str], tokenizer, batch_size: int = 1000) -> 
     if not texts:
         raise ValueError("the MLM corpus is empty")
     ds = Dataset.from_dict({"text": list(texts)})
-    return ds.map(lambda b: {"input_ids": tokenizer(b["text"], add_special_tokens=False, truncation=False)["input_ids"]},
-                  batched=True, batch_size=batch_size, remove_columns=["text"], desc="Tokenising MLM corpus")
+
+    def tokenize(b):  # the whole texts, chunked below (verbose=False: no "longer than the maximum" warning)
+        return {"input_ids": tokenizer(b["text"], add_special_tokens=False, truncation=False, verbose=False)["input_ids"]}
+
+    return ds.map(tokenize, batched=True, batch_size=batch_size, remove_columns=["text"], desc="Tokenising MLM corpus")
 
 
 class RandomWindowMLMCollator:

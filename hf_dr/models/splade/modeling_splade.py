@@ -281,7 +281,7 @@ class SPLADECAI(EncoderMixin, PreTrainedModel):
         df = torch.zeros(V, dtype=torch.float64)
         special = set(tokenizer.all_special_ids)
         for s in range(0, len(docs), batch_size):
-            ids = tokenizer(docs[s:s + batch_size], add_special_tokens=False, truncation=False)["input_ids"]
+            ids = tokenizer(docs[s:s + batch_size], add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
             for row in ids:
                 uniq = torch.tensor(sorted(set(row) - special), dtype=torch.long)
                 if len(uniq) and int(uniq.max()) >= V:
