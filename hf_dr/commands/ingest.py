@@ -28,7 +28,7 @@ from ..cli import add_resumable_output_arguments, non_negative_int, positive_int
 
 
 def register(sub) -> None:
-    from ..ingest import DEFAULT_MAX_FILE_SIZE, DEFAULT_OVERLAP, DEFAULT_SHARD_SIZE
+    from ..ingest import DEFAULT_MAX_FILE_SIZE, DEFAULT_OVERLAP, DEFAULT_PACK_BELOW, DEFAULT_SHARD_SIZE
 
     p = sub.add_parser("ingest", help="a folder of documents -> a BEIR corpus of passages (sharded, resumable)",
                        description=__doc__)
@@ -42,10 +42,10 @@ def register(sub) -> None:
     p.add_argument("--overlap", type=non_negative_int, default=None,
                    help=f"tokens shared by consecutive passages of a section, whole sentences (default {DEFAULT_OVERLAP}, "
                         "at most an eighth of the window)")
-    p.add_argument("--pack-below", type=non_negative_int, default=0, metavar="TOKENS",
-                   help="pack whole paragraphs into one passage while it holds fewer tokens than this (default 0: "
-                        "each paragraph that fits is its own passage; raise it for files with many one-line "
-                        "paragraphs; docs/ingest.md)")
+    p.add_argument("--pack-below", type=non_negative_int, default=DEFAULT_PACK_BELOW, metavar="TOKENS",
+                   help="pack whole paragraphs into one passage while it holds fewer tokens than this (default "
+                        f"{DEFAULT_PACK_BELOW}: each paragraph that fits is its own passage; raise it for files with "
+                        "many one-line paragraphs; docs/ingest.md)")
     p.add_argument("--text-column", default=None, help="JSONL / CSV / Parquet files: the column holding the text "
                                                        "(without it such files are skipped, said so)")
     p.add_argument("--id-column", default=None, help="tables: the row id column (default _id or id, else path:row)")

@@ -12,8 +12,9 @@ from .extract import Block, Extracted, SkipFile, extract
 from .folder import (BEIR_FILES, DEFAULT_MAX_FILE_SIZE, DEFAULT_OVERLAP, DEFAULT_SHARD_SIZE, IngestError, doc_id, ingest_folder,
                      ingest_stage, list_inputs, passage_doc)
 from .dataset import ingest_dataset, load_rows
-from .split import Passage, TokenCounter, split_document
+from .split import DEFAULT_PACK_BELOW, Passage, TokenCounter, split_document
 
 __all__ = ["ingest_dataset", "load_rows", "BEIR_FILES", "Block", "Extracted", "SkipFile", "extract", "IngestError",
            "ingest_folder", "ingest_stage", "list_inputs", "doc_id", "passage_doc", "Passage", "TokenCounter",
-           "split_document", "DEFAULT_MAX_FILE_SIZE", "DEFAULT_OVERLAP", "DEFAULT_SHARD_SIZE"]
+           "split_document", "DEFAULT_MAX_FILE_SIZE", "DEFAULT_OVERLAP", "DEFAULT_SHARD_SIZE",
+           "DEFAULT_PACK_BELOW"]

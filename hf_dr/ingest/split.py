@@ -89,7 +89,7 @@ class _Unit:
     whole: bool = True  # the whole paragraph
 
 
-def _joins(a: _Unit, b: _Unit, pack: bool = True) -> bool:
+def _joins(a: _Unit, b: _Unit, pack: bool) -> bool:
     """May ``b`` follow ``a`` in a passage: one heading path, and pieces of one paragraph, or (where
     ``pack``) whole paragraphs."""
     return a.headings == b.headings and (a.block == b.block or (pack and a.whole and b.whole))
@@ -151,16 +151,14 @@ def _title_within(title: str, counter: TokenCounter, limit: int) -> str:
 
 
 def split_document(title: str, blocks: Sequence[Block], counter: TokenCounter, max_tokens: int,
-                   overlap: int = 0, pack_below: int | None = None) -> list[Passage]:
+                   overlap: int = 0, pack_below: int = DEFAULT_PACK_BELOW) -> list[Passage]:
     """The passages of a document (see the module docstring); ``max_tokens``: the model's window;
     ``pack_below``: whole paragraphs share a passage only while it holds fewer tokens than this
-    (default :data:`DEFAULT_PACK_BELOW`: never)."""
+    (default 0: never)."""
     room = max_tokens - counter.specials - counter.prompt
     if room < 1:
         raise ValueError(f"a window of {max_tokens} tokens leaves {room} for text (after special tokens and the "
                          "prompt): too small to split into")
-    if pack_below is None:
-        pack_below = DEFAULT_PACK_BELOW
     text, offsets = document_text(blocks)
     titles: dict[tuple[str, ...], tuple[str, int]] = {}
 
@@ -188,7 +186,7 @@ def split_document(title: str, blocks: Sequence[Block], counter: TokenCounter, m
             j -= 1  # the tokenizer joins units differently than counted apart: one unit fewer
         passages.append(Passage(text[units[i].start:units[j - 1].end], t, units[i].page, units[i].start,
                                 units[j - 1].end))
-        if j >= len(units) or not _joins(units[j - 1], units[j], pack=False):  # overlap mends cuts inside a paragraph
+        if j >= len(units) or not _joins(units[j - 1], units[j], False):  # overlap mends cuts inside a paragraph
             i = j
             continue
         k, carried = j, 0  # the last units, up to `overlap` tokens, open the next passage
