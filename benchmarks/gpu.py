@@ -164,7 +164,7 @@ def encode_part(a) -> list[dict]:
 
     work = Path(a.work)
     big = build_corpus(work / f"corpus-{a.docs}", n=a.docs, stride=2)
-    corpora = [("scifact", SCIFACT, True), (big.name, big, False)]
+    corpora = [{"scifact": ("scifact", SCIFACT, True), "scale": (big.name, big, False)}[c] for c in a.corpora]
     rows = []
     for corpus_name, data, with_eval in corpora:
         for kind in a.kinds:
@@ -255,6 +255,8 @@ def main() -> None:
                    help="encoders of the encode part (default both)")
     p.add_argument("--dtypes", nargs="+", choices=("fp32", "bf16"), default=["fp32", "bf16"])
     p.add_argument("--docs", type=int, default=1_000_000, help="documents of the scale corpus (default 1,000,000)")
+    p.add_argument("--corpora", nargs="+", choices=("scifact", "scale"), default=["scifact", "scale"],
+                   help="the encode part's corpora, in this order")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--ddr-steps", type=int, default=300)
     p.add_argument("--adapt-steps", type=int, default=10_000)

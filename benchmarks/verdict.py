@@ -5,7 +5,9 @@
         --seeds 0,1 --max-steps 60 --max-docs 1500 --max-length 128     # a reduced grid
 
 For each corpus, the benchmark writes one copy of the folder (``WORK/CORPUS-...``, corpus and
-queries linked or subsampled) whose judged test queries are split by a fixed seed: a fraction
+queries linked or subsampled) whose judged test queries are split by a seeded draw (``--split
+per-seed``, the default: each run's seed draws its own split and reduced corpus, so runs of different
+seeds are independent draws of the queries; ``--split fixed``: one draw per corpus): a fraction
 (``--dev-fraction``) becomes the judged dev queries (``qrels/dev.tsv``) and is removed from
 ``qrels/test.tsv``, the only queries the benchmark reports on; a second copy is the same without
 ``qrels/dev.tsv``. Training queries are the folder's own where it has training queries (SciFact's
@@ -74,7 +76,8 @@ def prepare(corpus: str, work: Path, dev_fraction: float, max_docs: int | None, 
     """The two folders of ``corpus`` (with and without ``qrels/dev.tsv``), made once: ``{"with",
     "without", "dev", "test", "generate"}``."""
     src = SHARED / "data" / corpus
-    tag = f"{corpus}-dev{round(100 * dev_fraction)}" + (f"-docs{max_docs}" if max_docs else "")
+    tag = (f"{corpus}-dev{round(100 * dev_fraction)}" + (f"-docs{max_docs}" if max_docs else "")
+           + (f"-split{split_seed}" if split_seed else ""))
     folders = {v: work / f"{tag}-{v}" for v in ("with", "without")}
     head, test_rows = _qrels(src / "qrels" / "test.tsv")
     qids = sorted(dict.fromkeys(r.split("\t")[0] for r in test_rows if int(r.split("\t")[2]) > 0))
@@ -179,6 +182,9 @@ def parse_args(argv=None):
     ap.add_argument("--variants", default="with,without", help="with / without judged dev queries")
     ap.add_argument("--dev-fraction", type=float, default=0.5,
                     help="of the judged test queries, judged dev queries (removed from the test split reported)")
+    ap.add_argument("--split", choices=("per-seed", "fixed"), default="per-seed",
+                    help="per-seed: each seed draws its own dev/test split (and reduced corpus), so runs of "
+                         "different seeds are independent draws of the queries; fixed: one split per corpus")
     ap.add_argument("--max-docs", type=int, default=None,
                     help="a reduced corpus: every judged document and a seeded draw of the others, this many in all")
     ap.add_argument("--max-steps", type=int, default=None, help="default: each method's")
@@ -194,12 +200,15 @@ def main(argv=None) -> int:
     budget = "-".join(f"{k}{getattr(a, k)}" for k in ("max_steps", "max_length", "batch_size")
                       if getattr(a, k) is not None) or "defaults"
     # what the rows and the summary are grouped by: the budget and the data (dev fraction, reduced corpus)
-    tag = f"{budget}-dev{round(100 * a.dev_fraction)}" + (f"-docs{a.max_docs}" if a.max_docs else "")
+    tag = (f"{budget}-dev{round(100 * a.dev_fraction)}" + (f"-docs{a.max_docs}" if a.max_docs else "")
+           + ("-resplit" if a.split == "per-seed" else ""))
     for corpus in a.corpora.split(","):
-        folders = prepare(corpus, work, a.dev_fraction, a.max_docs)
         for spec in a.methods.split(","):
             student, method = spec.split(":")
             for seed in (int(s) for s in a.seeds.split(",")):
+                # per-seed: split seed = run seed + 1 (seed 0 of a fixed split is the one the earlier rows used)
+                folders = prepare(corpus, work, a.dev_fraction, a.max_docs,
+                                  split_seed=seed + 1 if a.split == "per-seed" else 0)
                 for variant in a.variants.split(","):
                     data = folders[variant]
                     out = work / f"{data.name}-{student}-{method}-seed{seed}-{budget}"

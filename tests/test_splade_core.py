@@ -63,6 +63,33 @@ def test_blocked_decoder_masks_padding_and_empty_rows():
     assert dec.forward.__func__ is torch.nn.Linear.forward  # restored on exit
 
 
+def test_cpu_pooling_groups_short_documents_and_keeps_long_ones_alone():
+    """The CPU path projects short documents in groups (padded to the group's longest) and a long one
+    alone: every grouping, with right or left padding and an empty row, gives the masked max of the
+    full projection."""
+    from hf_dr.models.splade.modeling_splade import _MaxPooledDecoder, _tile_groups
+
+    assert _tile_groups([3, 3, 9, 2, 2, 2], 8) == [(0, 2), (2, 3), (3, 6)]
+    assert _tile_groups([5], 1) == [(0, 1)]
+    torch.manual_seed(0)
+    dec = torch.nn.Linear(8, 50)
+    x = torch.randn(6, 9, 8)
+    lens = [3, 3, 9, 2, 0, 2]
+    right = torch.tensor([[1] * n + [0] * (9 - n) for n in lens])
+    for mask in (right, right.flip(1)):  # right and left padding
+        ref = splade_pool(dec(x).detach(), mask)
+        for rows in (1, 8, 64):  # every document alone; groups and a long one alone; all in one group
+            old = _MaxPooledDecoder.TILE_ROWS
+            _MaxPooledDecoder.TILE_ROWS = rows
+            try:
+                with torch.no_grad(), _MaxPooledDecoder(dec, mask, 16, batched=False):
+                    got = torch.log1p(torch.relu(dec(x)[:, 0]))
+            finally:
+                _MaxPooledDecoder.TILE_ROWS = old
+            assert torch.allclose(got, ref, atol=1e-6), rows
+            assert (got[4] == 0).all()  # the empty document
+
+
 def _pooled_grads(m, ids, mask, block):
     m.config.pool_vocab_block = block
     m.zero_grad(set_to_none=True)
