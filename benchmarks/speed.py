@@ -14,6 +14,8 @@
 
     python benchmarks/speed.py                        # SciFact, 1000 documents for encoding
     python benchmarks/speed.py --n-docs 0             # the whole corpus
+    python benchmarks/speed.py --windows 2000 --skip train-sparse dense-search sparse-search bm25-search
+                                                      # encoding short documents: 12-word windows
     python benchmarks/speed.py --skip encode encode-sparse dense-search sparse-search bm25-search
                                                       # SPLADE training only
     OMP_NUM_THREADS=1 python benchmarks/speed.py --clock cpu --skip encode encode-sparse train-sparse \
@@ -191,6 +193,9 @@ def main() -> None:
     ap.add_argument("--model", default=str(SHARED / "models" / "all-MiniLM-L6-v2"))
     ap.add_argument("--sparse-model", default=str(SHARED / "models" / "splade-tiny"))
     ap.add_argument("--n-docs", type=int, default=1000, help="documents encoded (random, seed 0); 0 = all")
+    ap.add_argument("--windows", type=int, default=0,
+                    help="encode this many 12-word windows of the offline corpora (the scale corpus's short "
+                         "documents, encode_scale.window_rows) instead of the dataset's documents")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--skip", nargs="*", default=[],
@@ -220,8 +225,17 @@ def main() -> None:
     base = {"table": "speed", "dataset": a.dataset, "command": command_line(), "machine": machine(),
             "threads": torch.get_num_threads()}
 
-    if "encode" not in a.skip:
+    def encode_sample() -> tuple[list[str], str]:
+        if a.windows:
+            from encode_scale import window_rows
+
+            return [r["text"] for r in window_rows(a.windows)], f"{a.windows} 12-word windows"
         sample = texts if a.n_docs <= 0 else random.Random(0).sample(texts, min(a.n_docs, len(texts)))
+        return sample, f"{len(sample)} docs"
+
+    where = {"dataset": "scale corpus windows (SciFact, ArguAna, TREC-DL)"} if a.windows else {}
+    if "encode" not in a.skip:
+        sample, what = encode_sample()
         ours = DenseEncoder.from_pretrained(a.model)
         st = SentenceTransformer(a.model, device="cpu")
         assert st.max_seq_length == ours.max_doc_length, (st.max_seq_length, ours.max_doc_length)
@@ -230,8 +244,8 @@ def main() -> None:
                                           sample, a.batch_size, a.repeats)
         print(f"encode: hf-dr {ours_dps:.1f} docs/s, sentence-transformers {st_dps:.1f} docs/s, "
               f"ratio {ours_dps / st_dps:.2f}x", flush=True)
-        rows.append({**base, "system": "encode: hf-dr vs SentenceTransformer.encode (MiniLM, batch "
-                     f"{a.batch_size}, max_len {ours.max_doc_length}, {len(sample)} docs)",
+        rows.append({**base, **where, "system": "encode: hf-dr vs SentenceTransformer.encode (MiniLM, batch "
+                     f"{a.batch_size}, max_len {ours.max_doc_length}, {what})",
                      "metrics": {"hf_dr_docs_per_s": round(ours_dps, 2), "peer_docs_per_s": round(st_dps, 2),
                                  "ratio": round(ours_dps / st_dps, 3)}})
 
@@ -240,15 +254,15 @@ def main() -> None:
 
         from hf_dr.models.splade import SPLADECAI
 
-        sample = texts if a.n_docs <= 0 else random.Random(0).sample(texts, min(a.n_docs, len(texts)))
+        sample, what = encode_sample()
         st_sparse = SparseEncoder(a.sparse_model, device="cpu")
         ours = SPLADECAI.from_backbone(a.sparse_model, max_doc_length=st_sparse.max_seq_length)
         ours_dps, st_dps = compare_encode(lambda x, **kw: ours.encode_corpus(x, show_progress_bar=False, **kw),
                                           st_sparse.encode_document, sample, a.batch_size, a.repeats)
         print(f"encode sparse: hf-dr SPLADECAI {ours_dps:.1f} docs/s, SparseEncoder {st_dps:.1f} docs/s, "
               f"ratio {ours_dps / st_dps:.2f}x", flush=True)
-        rows.append({**base, "system": "encode: SPLADECAI vs sentence-transformers SparseEncoder (splade-tiny, batch "
-                     f"{a.batch_size}, max_len {st_sparse.max_seq_length}, {len(sample)} docs)",
+        rows.append({**base, **where, "system": "encode: SPLADECAI vs sentence-transformers SparseEncoder (splade-tiny, batch "
+                     f"{a.batch_size}, max_len {st_sparse.max_seq_length}, {what})",
                      "metrics": {"hf_dr_docs_per_s": round(ours_dps, 2), "peer_docs_per_s": round(st_dps, 2),
                                  "ratio": round(ours_dps / st_dps, 3)}})
 

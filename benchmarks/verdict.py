@@ -234,7 +234,9 @@ def summaries_of(budget: str) -> list[dict]:
     corpora = ",".join(dict.fromkeys(r["dataset"] for r in runs))
     out = []
     for label, flag in (("with judged dev queries", True), ("without judged dev queries", False)):
-        these = [r for r in runs if bool(r["judged_fields"].get("judged")) == flag] or runs
+        these = [r for r in runs if bool(r["judged_fields"].get("judged")) == flag]
+        if not these:  # this variant was not run with this budget
+            continue
         methods = ",".join(sorted({r["method"] for r in these}))
         seeds = ",".join(str(s) for s in sorted({r["seed"] for r in these}))
         row = {"table": "verdict_summary", "dataset": corpora,
