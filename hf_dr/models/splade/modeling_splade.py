@@ -57,10 +57,14 @@ def _blocked_max(x: torch.Tensor, w: torch.Tensor, pad: torch.Tensor, block: int
     (``pad`` ``[B, L, 1]``: True where masked), one vocabulary block at a time, in ``out``'s dtype;
     with ``idx``, the positions of the maxima too."""
     low = torch.finfo(out.dtype).min
-    at = pad[..., 0].nonzero(as_tuple=True) if bool(pad.any()) else None  # the padded positions, set each block
+    # on the CPU the padded positions are found once and set by index in each block (a masked fill
+    # reads every logit); on a GPU the fill, which needs no host sync to find them
+    at = None if x.is_cuda else pad[..., 0].nonzero(as_tuple=True)
     for s in range(0, w.shape[0], block):
         lg = torch.matmul(x, w[s:s + block].to(out.dtype).t())
-        if at is not None:
+        if at is None:
+            lg.masked_fill_(pad, low)
+        elif len(at[0]):
             lg[at] = low
         if idx is None:
             torch.amax(lg, dim=1, out=out[:, s:s + block])
