@@ -484,10 +484,24 @@ def test_cai_flops_weights_follow_the_batch():
 
     assert flops_weights(32) == PAPER_FLOPS == (0.0006, 0.0008)
     assert flops_weights(8) == pytest.approx((0.00015, 0.0002))
-    cfg = lambda b: AdaptConfig(data="d", model="m", method="cai", output="o", batch_size=b, max_steps=30)  # noqa: E731
+    from hf_dr.adaptation.plan import resolve
+
+    cfg = lambda b, **o: resolve(AdaptConfig(data="d", model="m", method="cai", output="o", batch_size=b,  # noqa: E731
+                                             max_steps=30, options=o), check=False)
     assert SpladeCAI().train_key(cfg(8)) != SpladeCAI().train_key(cfg(32))
     obj = SpladeCAI().objective(cfg(8), None, None).objective
     assert (obj.lambda_q, obj.lambda_d, obj.warmup_steps) == (pytest.approx(0.00015), pytest.approx(0.0002), 10)
+    # --flops-scale multiplies both weights, keys the training and is recorded in the budget; 0 is no FLOPS
+    from hf_dr.adaptation.methods.cai import CAIOptions
+
+    scaled = cfg(8, flops_scale=4.0)
+    obj = SpladeCAI().objective(scaled, None, None).objective
+    assert (obj.lambda_q, obj.lambda_d) == (pytest.approx(0.0006), pytest.approx(0.0008))
+    assert SpladeCAI().train_key(scaled) != SpladeCAI().train_key(cfg(8))
+    assert SpladeCAI().budget(scaled, {})["flops_weights"] == pytest.approx([0.0006, 0.0008])
+    assert flops_weights(8, 0.0) == (0.0, 0.0)
+    with pytest.raises(ValueError, match="--flops-scale"):
+        CAIOptions(flops_scale=-1.0)
     # the premise: for terms active in few documents, a small batch's FLOPS is larger by about 32 / B
     g = torch.Generator().manual_seed(0)
     reps = torch.rand(4096, 2000, generator=g) * (torch.rand(4096, 2000, generator=g) < 0.01)

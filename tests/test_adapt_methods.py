@@ -207,7 +207,7 @@ def test_a_method_with_an_option_of_its_own_gets_a_flag(tmp_path, capsys):
 
 
 #: options of the built-in methods, and modules of adaptation/ that are a method's own (the CAI chain's)
-METHOD_OPTIONS = ("mlm_steps", "expand_vocabulary", "delta_v", "margin_scale")
+METHOD_OPTIONS = ("mlm_steps", "expand_vocabulary", "delta_v", "flops_scale", "margin_scale")
 METHOD_OWN = {"cai.py", "vocabulary.py", "mlm.py"}
 
 

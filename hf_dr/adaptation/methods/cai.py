@@ -22,12 +22,12 @@ PAPER_BATCH_SIZE = 32
 PAPER_FLOPS = (0.0006, 0.0008)
 
 
-def flops_weights(batch_size: int) -> tuple[float, float]:
+def flops_weights(batch_size: int, scale: float = 1.0) -> tuple[float, float]:
     """The FLOPS weights ``(lambda_q, lambda_d)`` at ``batch_size``: the paper's, times
-    ``batch_size / 32``. FLOPS is ``sum_j (mean_i w_ij)^2`` over a batch; its expected value is
+    ``batch_size / 32`` (and times ``scale``, ``--flops-scale``). FLOPS is ``sum_j (mean_i w_ij)^2`` over a batch; its expected value is
     ``sum_j mu_j^2 + sigma_j^2 / B``, and for the many terms active in few documents the second part
     dominates, so one weight regularises a batch of 8 about four times as hard as a batch of 32."""
-    f = batch_size / PAPER_BATCH_SIZE
+    f = batch_size / PAPER_BATCH_SIZE * scale
     return PAPER_FLOPS[0] * f, PAPER_FLOPS[1] * f
 
 
@@ -43,12 +43,17 @@ class CAIOptions:
                                      "splade-tiny, see docs/splade_cai.md; --vocabulary for the paper's chain)",
                                      flag="--vocabulary")
     delta_v: int = option(3000, "cai: vocabulary increment per iteration (default 3000)", minimum=1)
+    flops_scale: float = option(1.0, "cai: multiply the FLOPS weights (the paper's lambda_Q = 0.0006, lambda_D = "
+                                "0.0008 at batch 32, scaled by batch / 32) by this (default 1; 0: no FLOPS "
+                                "regularisation; measured on three corpora, docs/adapt.md)")
 
     def __post_init__(self):
         if self.mlm_steps < 0:
             raise ValueError("--mlm-steps must be at least 0 (0: no continual MLM)")
         if self.delta_v < 1:
             raise ValueError("--delta-v must be at least 1")
+        if not self.flops_scale >= 0:
+            raise ValueError("--flops-scale must be at least 0 (0: no FLOPS regularisation)")
 
 
 @register_method
@@ -113,7 +118,7 @@ class SpladeCAI(TripletMethod):
                                 "mlm_steps": opts.mlm_steps, "idf": True}, "computed" if fresh else "cached")
 
     def train_key(self, cfg) -> dict:
-        return {"flops": flops_weights(cfg.batch_size)}
+        return {"flops": flops_weights(cfg.batch_size, cfg.options.flops_scale)}
 
     def objective(self, cfg, model, inputs) -> TrainingSetup:
         from ...objectives import SpladeObjective
@@ -124,7 +129,7 @@ class SpladeCAI(TripletMethod):
         # the source-domain weights 0.08 / 0.1 strip an already sparse model's documents (measured at
         # lr 1e-4: 263 -> 174 active dimensions in 100 steps, dev nDCG@10 down). Documents without IDF
         # while training.
-        lq, ld = flops_weights(cfg.batch_size)
+        lq, ld = flops_weights(cfg.batch_size, cfg.options.flops_scale)
         return TrainingSetup(SpladeObjective(lambda_q=lq, lambda_d=ld, warmup_steps=max(1, cfg.max_steps // 3)))
 
     def as_output(self, cfg, model):
@@ -134,7 +139,8 @@ class SpladeCAI(TripletMethod):
         return model
 
     def budget(self, cfg, record: dict) -> dict:
-        return {"mlm_steps": cfg.options.mlm_steps, "flops_weights": list(flops_weights(cfg.batch_size))}
+        return {"mlm_steps": cfg.options.mlm_steps,
+                "flops_weights": list(flops_weights(cfg.batch_size, cfg.options.flops_scale))}
 
     def report(self, cfg, student, prepared: Prepared) -> dict | None:
         return prepared.report or None
