@@ -24,9 +24,10 @@ PAPER_FLOPS = (0.0006, 0.0008)
 
 def flops_weights(batch_size: int, scale: float = 1.0) -> tuple[float, float]:
     """The FLOPS weights ``(lambda_q, lambda_d)`` at ``batch_size``: the paper's, times
-    ``batch_size / 32`` (and times ``scale``, ``--flops-scale``). FLOPS is ``sum_j (mean_i w_ij)^2`` over a batch; its expected value is
-    ``sum_j mu_j^2 + sigma_j^2 / B``, and for the many terms active in few documents the second part
-    dominates, so one weight regularises a batch of 8 about four times as hard as a batch of 32."""
+    ``batch_size / 32`` (and times ``scale``, ``--flops-scale``). FLOPS is ``sum_j (mean_i w_ij)^2``
+    over a batch; its expected value is ``sum_j mu_j^2 + sigma_j^2 / B``, and for the many terms
+    active in few documents the second part dominates, so one weight regularises a batch of 8 about
+    four times as hard as a batch of 32."""
     f = batch_size / PAPER_BATCH_SIZE * scale
     return PAPER_FLOPS[0] * f, PAPER_FLOPS[1] * f
 
