@@ -256,7 +256,9 @@ def worker_bm25_search(a) -> None:
 
 def run_first(data: Path, script: str | None = None, **opt) -> dict:
     """Seconds from the start of a worker process (``script --worker first``, this file by default)
-    to its first answered query, then its metrics and memory."""
+    to its first answered query, then its metrics and memory; ``after_imports_s``: from the worker's
+    IMPORTED line (its libraries imported: the same cost for a saved index and a rebuild) to the first
+    answered query, when the worker prints one."""
     import tempfile
 
     argv = [sys.executable, script or __file__, "--worker", "first", "--data", str(data)]
@@ -267,10 +269,12 @@ def run_first(data: Path, script: str | None = None, **opt) -> dict:
         t0 = time.perf_counter()
         p = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(res), *argv], stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
-        first, result, log = None, None, []
+        first, imported, result, log = None, None, None, []
         for line in p.stdout:
             log.append(line)
-            if line.startswith("FIRST") and first is None:
+            if line.startswith("IMPORTED") and imported is None:
+                imported = time.perf_counter() - t0
+            elif line.startswith("FIRST") and first is None:
                 first = time.perf_counter() - t0
             elif line.startswith("RESULT "):
                 result = json.loads(line[len("RESULT "):])
@@ -278,7 +282,8 @@ def run_first(data: Path, script: str | None = None, **opt) -> dict:
         mem = json.loads(res.read_text()) if res.is_file() else {"code": 1}
     if mem.pop("code") or result is None:
         raise SystemExit(f"{' '.join(argv)} failed:\n{''.join(log)[-3000:]}")
-    return {**result, "first_query_s": round(first, 2), **mem}
+    return {**result, "first_query_s": round(first, 2),
+            "after_imports_s": round(first - imported, 2) if imported is not None else None, **mem}
 
 
 def run_worker(kind: str, script: str | None = None, **opt) -> dict:

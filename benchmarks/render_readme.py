@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 PAGES = [ROOT / "README.md", ROOT / "docs" / "results.md", ROOT / "docs" / "adapt.md", ROOT / "docs" / "precision.md",
-         ROOT / "docs" / "publishing.md", ROOT / "docs" / "ingest.md"]
+         ROOT / "docs" / "publishing.md", ROOT / "docs" / "ingest.md", ROOT / "docs" / "retrieval.md"]
 #: the README's summary: (label, table, system) -> nDCG@10 per dataset, in this order
 HEADLINE = [
     ("BM25 (bm25s, Snowball stemming)", "baselines", "BM25 (bm25s, stopwords, Snowball stemming)"),
@@ -50,7 +50,10 @@ LABELS = {"docs_per_s": "docs/s", "peak_gpu_mb": "peak GPU MB", "ndcg@10": "nDCG
           "words_in_order": "words in order", "corpus_jsonl_ndcg@10": "corpus.jsonl nDCG@10",
           "ingest_docs_per_s": "ingest files/s", "ingest_pages_per_s": "ingest pages/s", "peak_rss_mib": "peak RSS (MiB)",
           "ingest_seconds": "ingest (s)",
-          "files_per_s": "files/s", "over_window": "over the window", "overflow_p95": "overflow p95 (tokens)"}
+          "files_per_s": "files/s", "over_window": "over the window", "overflow_p95": "overflow p95 (tokens)",
+          "qps_1t": "queries/s, 1 thread", "qps_2t": "queries/s, 2 threads", "speedup_1t_vs_exact": "vs exact",
+          "open_s": "open (s)", "search_peak_rss_mb": "search peak RSS (MB)", "build_s": "build (s)",
+          "command_s": "build command (s)", "size_mb": "size (MB)", "build_rss_mb": "build peak RSS (MB)"}
 
 
 def load_rows() -> list[dict]:
