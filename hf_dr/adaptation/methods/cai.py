@@ -46,7 +46,9 @@ class CAIOptions:
     delta_v: int = option(3000, "cai: vocabulary increment per iteration (default 3000)", minimum=1)
     flops_scale: float = option(1.0, "cai: multiply the FLOPS weights (the paper's lambda_Q = 0.0006, lambda_D = "
                                 "0.0008 at batch 32, scaled by batch / 32) by this (default 1; 0: no FLOPS "
-                                "regularisation; measured on three corpora, docs/adapt.md)")
+                                "regularisation; measured on three corpora, docs/adapt.md)",
+                                # the weights it makes are what metrics.json records (budget's flops_weights)
+                                record=False)
 
     def __post_init__(self):
         if self.mlm_steps < 0:
