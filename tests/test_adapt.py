@@ -390,7 +390,7 @@ def test_an_unresolved_pseudo_gain_keeps_the_start_and_the_checkpoint_as_unverif
     assert rc == 0, err
     m = json.loads((out / "metrics.json").read_text())
     assert m["kept_starting_model"] is True and m["selected_step"] == 0 and m["verdict_word"] == "MARGINAL"
-    assert m["unverified"]["step"] == 2 and "less than the 6 pseudo-dev queries resolve" in m["unverified"]["why"]
+    assert m["unverified"]["step"] == 2 and "less than the 6 held-out pseudo-dev queries resolve" in m["unverified"]["why"]
     assert m["verdict_sentence"].startswith("kept the starting model; the trained checkpoint (step 2, in unverified/)")
     assert (out / "unverified" / "config.json").is_file() and m["after"] == m["before"]
     assert m["best_checkpoint"]["step"] == 2 and "is in" in text and "unverified" in text

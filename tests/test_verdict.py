@@ -505,6 +505,56 @@ def test_without_judged_queries_the_verdict_rests_on_pseudo_labels(tiny_bert_dir
 
 
 @pytest.mark.pipeline
+def test_pseudo_dev_selection_reads_only_its_half(tiny_bert_dir):
+    """Split pseudo-dev queries: selection's nDCG@10 is the mean over the selection half alone (the
+    verdict half never takes part in the choice); the pseudo-dev score stays that of every query."""
+    from hf_dr.adaptation.judged import split_judged
+    from hf_dr.adaptation.methods import DevSet
+    from hf_dr.models import load_encoder
+
+    rows = _dev_rows(n_queries=6)
+    halves = split_judged([r["query_id"] for r in rows], seed=3)
+    dev = DevSet(rows, "k", 32, None, pseudo_halves=halves)
+    assert dev.pseudo_verdict == halves[1] and len(halves[0]) == len(halves[1]) == 3
+    out = dev.evaluate(load_encoder(tiny_bert_dir))
+    pq = out["pseudo_per_query"]
+    assert set(pq) == set(halves[0]) | set(halves[1])
+    assert out["ndcg@10"] == pytest.approx(np.mean([pq[q] for q in halves[0]]), abs=1e-12)
+    assert out["pseudo_ndcg@10"] == pytest.approx(np.mean(list(pq.values())), abs=1e-12)
+    described = dev.describe_pseudo_split()
+    assert described["select_queries"] == halves[0] and described["verdict_queries"] == halves[1]
+    assert DevSet(rows, "k", 32, None, judged=object(), pseudo_halves=halves).pseudo_verdict is None
+
+
+@pytest.mark.pipeline
+def test_a_pseudo_only_verdict_is_stated_on_queries_that_did_not_choose(tiny_bert_dir, tmp_path, capsys, monkeypatch):
+    """No judged query and a teacher that does not contain the student: the checkpoint is chosen on
+    one half of the pseudo-dev queries and compared with the start on the other half only, which
+    metrics.json names (disjoint halves, every pseudo-dev query in one)."""
+    import hf_dr.adaptation.stages as stages
+    from tests.test_adapt import _adapt_after_training
+
+    def best_is_better(record, model):  # a trained checkpoint wins the selection half
+        record["dev"] = {2: 2.0, 4: -1.0}
+
+    monkeypatch.setattr(stages, "_containment", lambda *a: {"contained": False, "by": None, "why": "forced"})
+    data, out = _split_sample(tmp_path / "data"), tmp_path / "o"
+    rc, text, err = _adapt_after_training(monkeypatch, capsys, best_is_better, data, tiny_bert_dir, out)
+    assert rc == 0, err
+    m = json.loads((out / "metrics.json").read_text())
+    split = m["pseudo_dev_split"]
+    select, held_out = set(split["select_queries"]), set(split["verdict_queries"])
+    assert select and held_out and not select & held_out
+    assert len(select) + len(held_out) == m["label_stats"]["dev_queries"]
+    interval = m["verdict_interval"]
+    assert interval["on"] == "pseudo-dev queries" and interval["queries"] == len(held_out)
+    assert f"the {len(held_out)} held-out pseudo-dev queries" in interval["accounts_for"]
+    assert f"among 3 candidates on the {len(select)} other" in interval["accounts_for"]
+    assert f"on the {len(held_out)} held-out pseudo-dev queries (the other {len(select)} chose the checkpoint)" \
+        in m["verdict_sentence"]
+
+
+@pytest.mark.pipeline
 def test_a_judged_dev_query_of_the_test_split_is_refused(tiny_bert_dir, tmp_path, capsys):
     data = _split_sample(tmp_path / "data")
     test = (data / "qrels" / "test.tsv").read_text().splitlines()

@@ -186,8 +186,20 @@ def label(run: AdaptRun) -> Labels:
     if len(dev) == 0:
         raise AdaptError("the pseudo-labelled dev set is empty (too few training queries: the dev set takes at most "
                          "1/5 of them): the checkpoint cannot be chosen; label more queries")
-    return Labels(train, dataset_digest(train), DevSet(dev, dataset_digest(dev), max_length, run.cache), stats,
+    return Labels(train, dataset_digest(train), _pseudo_dev(dev, cfg.seed, max_length, run.cache), stats,
                   stats.get("reranker") or cfg.teacher, minutes)
+
+
+def _pseudo_dev(rows, seed: int, max_length: int, cache) -> DevSet:
+    """The pseudo-labelled dev set, its queries split by the seed (:func:`~.judged.split_judged`) into a
+    selection half, which chooses the checkpoint when no query is judged, and a verdict half, which
+    then states the verdict (:func:`_pseudo_gain`): the queries that chose are never those that judge."""
+    from .judged import SPLIT_SALT, split_judged
+
+    qids = rows["query_id"] if "query_id" in rows.column_names else []
+    halves = split_judged(qids, seed)
+    key = digest([dataset_digest(rows), {"pseudo_split": seed, "salt": SPLIT_SALT, "v": 1}])
+    return DevSet(rows, key, max_length, cache, pseudo_halves=halves)
 
 
 def judged_dev(run: AdaptRun, labels: Labels) -> Labels:
@@ -506,8 +518,8 @@ def _unverified_why(contained: bool, won: bool, gain: dict | None) -> str:
                 "with it, and no query is judged")
     if not won:
         return "it did not beat the starting model on the pseudo-labels, and no query is judged"
-    return (f"its pseudo-dev gain ({gain['difference']:+.4f}) is less than the {gain['queries']} pseudo-dev queries "
-            f"resolve (±{'n/a' if gain['resolution'] is None else format(gain['resolution'], '.4f')}), and no query "
+    return (f"its pseudo-dev gain ({gain['difference']:+.4f}) is less than the {gain['queries']} held-out pseudo-dev "
+            f"queries resolve (±{'n/a' if gain['resolution'] is None else format(gain['resolution'], '.4f')}), and no query "
             "is judged")
 
 
@@ -549,21 +561,37 @@ def _pseudo_report(trained: Trained, labels: Labels, kept_start: bool, step: int
            "steps": {"0": start_pseudo, **{str(k): v for k, v in pseudo_steps.items()}}}
     if gain is not None:
         out.update({k: gain[k] for k in ("difference", "resolution", "p_value", "queries", "compared_step")})
+        out.update({k: gain.get(k) for k in ("sd", "accounts_for", "select_count")})
+        out.update({"held_out_start": gain.get("start"), "held_out_selected": gain.get("selected")})
     return out
 
 
 def _pseudo_gain(run: AdaptRun, labels: Labels, trained: Trained, best_step: int) -> dict | None:
     """No judged query, a teacher that does not contain the start: the best trained checkpoint's
-    paired comparison with the start on the pseudo-dev queries (:func:`~.verdict.resolution`; the
-    same queries chose it, so the gain leans its way), or None when it has no saved model."""
+    paired comparison with the start (:func:`~.verdict.resolution`) on the held-out verdict half of
+    the pseudo-dev queries (the other half chose it, so the choice does not bias it), with ``start``
+    and ``selected`` (their nDCG@10 there); or None when it has no saved model."""
     best_dir = trained.run_dir / "selected"
     start_pq = trained.start_scores.get("pseudo_per_query")
     if not start_pq or not (best_dir / "config.json").is_file():
         return None
-    chosen = labels.dev.scores("dev_selected", _load_output(run, best_dir))
-    return {**resolution(chosen["pseudo_per_query"], start_pq), "compared_step": best_step,
-            "accounts_for": "the sampling of the pseudo-dev queries; not the choice among checkpoints made on "
-                            "the same queries, nor the teacher's errors"}
+    chosen = labels.dev.scores("dev_selected", _load_output(run, best_dir))["pseudo_per_query"]
+    held_out = labels.dev.pseudo_verdict
+    if held_out is None:  # an unsplit dev set (one query): nothing held out states a verdict
+        return {**resolution({}, {}), "compared_step": best_step, "start": None, "selected": None,
+                "accounts_for": "nothing: the pseudo-dev set holds too few queries to hold any out"}
+    after, before = ({q: pq[q] for q in held_out if q in pq} for pq in (chosen, start_pq))
+    candidates = 1 + len(trained.record["dev"])
+    select = labels.dev.pseudo_halves[0]
+
+    def mean(x):
+        return float(sum(x.values()) / len(x)) if x else None
+
+    return {**resolution(after, before), "compared_step": best_step, "start": mean(before), "selected": mean(after),
+            "select_count": len(select),
+            "accounts_for": (f"the sampling of the {len(held_out)} held-out pseudo-dev queries (paired t, 95%): the "
+                             f"checkpoint was chosen among {candidates} candidates on the {len(select)} other "
+                             "pseudo-dev queries, so the choice does not bias it; not the teacher's errors")}
 
 
 def _judged_verdict(run: AdaptRun, labels: Labels, trained: Trained, best_dir: Path, best_step: int) -> dict:
@@ -763,6 +791,8 @@ def _metrics(run: AdaptRun, labels: Labels, trained: Trained, chosen: Selection,
         "selection_on": labels.dev.source,  # "judged" (qrels/dev.tsv) or "pseudo"
         "judged_dev": _judged_report(labels, chosen, record),
         "pseudo_dev_fall": chosen.fell,  # generated queries, contained teacher: why the start was kept (or None)
+        # no judged query: the pseudo-dev queries that chose the checkpoint and those that stated the verdict
+        "pseudo_dev_split": labels.dev.describe_pseudo_split(),
         "dev_pseudo": chosen.pseudo.get("steps"),
         "teacher_contains_student": chosen.teacher_has_student,
         "containment": trained.containment,

@@ -13,7 +13,9 @@ word Sentence Transformers' training examples print against a baseline evaluated
   With judged queries this is the only verdict that outputs a trained checkpoint.
 * **better on pseudo-labels only** (``MARGINAL``): no judged query, and the pseudo-dev set of a
   teacher that does not contain the student shows the best trained checkpoint better than the start
-  by more than its queries resolve: it is output, on the pseudo-labels' word alone.
+  by more than its queries resolve: it is output, on the pseudo-labels' word alone. As with judged
+  queries, the seed splits the pseudo-dev queries in two: one half chooses the checkpoint, the other,
+  held out, states the verdict.
 * **kept the starting model** (``REGRESSION``; ``MARGINAL`` when a trained checkpoint is kept beside
   it as *unverified*): no checkpoint beat the start on the evidence that chose; or the held-out
   judged queries show the chosen one worse by more than they resolve; or nothing says it is better
@@ -154,9 +156,12 @@ def _judged_part(judged: dict, kept_start: bool) -> str:
 
 def _pseudo_part(pseudo: dict) -> str:
     part = f"pseudo-dev nDCG@10 {_f(pseudo.get('start'))} (start) -> {_f(pseudo.get('selected'))}"
-    if pseudo.get("difference") is not None:
-        part += f", difference {pseudo['difference']:+.4f}, resolution ±{_f(pseudo.get('resolution'))}"
-    return part
+    if pseudo.get("difference") is None:
+        return part
+    if pseudo.get("select_count") is not None:  # stated on the held-out half (stages._pseudo_gain)
+        part += (f"; on the {pseudo.get('queries')} held-out pseudo-dev queries (the other {pseudo['select_count']} "
+                 f"chose the checkpoint): {_f(pseudo.get('held_out_start'))} -> {_f(pseudo.get('held_out_selected'))}")
+    return part + f", difference {pseudo['difference']:+.4f}, resolution ±{_f(pseudo.get('resolution'))}"
 
 
 def decide(kept_start: bool, judged: dict | None, contained: bool, pseudo: dict,

@@ -45,12 +45,21 @@ class DevSet:
     max_length: int
     cache: StageCache
     judged: Any = None  # hf_dr.adaptation.judged.JudgedDev (qrels/dev.tsv), or None
+    #: ``(select, verdict)``: the pseudo-dev query ids split by the seed (:func:`pseudo_split`); with no
+    #: judged query the selection half chooses the checkpoint and the verdict half states the verdict
+    pseudo_halves: tuple[list[str], list[str]] | None = None
     _evaluator: Any = field(default=None, init=False, repr=False)
 
     @property
     def source(self) -> str:
         """What selection's nDCG@10 is measured on: ``judged`` or ``pseudo``."""
         return "judged" if self.judged else "pseudo"
+
+    @property
+    def pseudo_verdict(self) -> list[str] | None:
+        """The held-out pseudo-dev queries that state the verdict when no query is judged (None: the
+        pseudo-dev set is not split, or holds one query)."""
+        return self.pseudo_halves[1] if self.pseudo_halves and self.pseudo_halves[1] and not self.judged else None
 
     def _get_evaluator(self):
         from ...evaluation import RerankEvaluator
@@ -77,6 +86,10 @@ class DevSet:
             s = self.judged.scores(SELECT, model, fingerprint, corpus)
             out["judged_ndcg@10"], out["judged_per_query"] = s["ndcg@10"], s["per_query"]
         out["ndcg@10"] = out[f"{self.source}_ndcg@10"]
+        if self.pseudo_verdict:  # the selection half chooses; the verdict half is never part of the choice
+            pq = out["pseudo_per_query"]
+            chosen = [pq[q] for q in self.pseudo_halves[0] if q in pq]
+            out["ndcg@10"] = float(sum(chosen) / len(chosen)) if chosen else 0.0
         out["pseudo_run"] = run
         return out
 
@@ -86,12 +99,24 @@ class DevSet:
         from ...fingerprints import model_fingerprint
 
         fp = fingerprint or model_fingerprint(model)
-        key = {"model": fp, "dev": self.key, "max_length": self.max_length, "v": 3}
+        key = {"model": fp, "dev": self.key, "max_length": self.max_length, "v": 4}
         return self.cache.json(stage, key, lambda: self.evaluate(model, doc_vectors, fp, corpus))
 
     def score(self, stage: str, model, fingerprint: str | None = None) -> float:
         """``model``'s dev nDCG@10 (selection's), cached as ``stage``."""
         return float(self.scores(stage, model, fingerprint)["ndcg@10"])
+
+    def describe_pseudo_split(self) -> dict | None:
+        """metrics.json's account of the pseudo-dev split (None when it is not used: judged queries
+        choose, or it is not split)."""
+        if not self.pseudo_verdict:
+            return None
+        from ..judged import SPLIT_SALT
+
+        select, verdict = self.pseudo_halves
+        return {"select_queries": select, "verdict_queries": verdict,
+                "split": f"seeded (salt {SPLIT_SALT}): {len(select)} pseudo-dev queries choose the checkpoint, "
+                         f"{len(verdict)} held out state the verdict"}
 
     def trainer_evaluator(self):
         """The Trainer's evaluator: ``{"ndcg@10", "pseudo_ndcg@10"[, "judged_ndcg@10"]}``."""
