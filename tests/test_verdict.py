@@ -552,6 +552,10 @@ def test_a_pseudo_only_verdict_is_stated_on_queries_that_did_not_choose(tiny_ber
     assert f"among 3 candidates on the {len(select)} other" in interval["accounts_for"]
     assert f"on the {len(held_out)} held-out pseudo-dev queries (the other {len(select)} chose the checkpoint)" \
         in m["verdict_sentence"]
+    card = " ".join((out / "README.md").read_text().split())
+    assert "| step | dev nDCG@10 (selection half) | pseudo-dev nDCG@10 (every query) |" in card
+    assert f"the {len(select)} queries of its selection half choose the checkpoint; the other {len(held_out)}, held " \
+           "out, compare the chosen one with the starting model" in card
 
 
 @pytest.mark.pipeline

@@ -900,13 +900,15 @@ def _dev_table(m: dict) -> str:
     both were scored)."""
     pseudo = m.get("dev_pseudo") or {}
     judged = m.get("selection_on") == "judged"
+    halves = judged or bool(m.get("pseudo_dev_split"))  # selection's half beside every pseudo-dev query
 
     def cell(v):
         return "" if v is None else f"{v:.4f}"
 
     head = "| step | judged dev nDCG@10 | pseudo-dev nDCG@10 |\n|---:|---:|---:|" if judged else \
+        "| step | dev nDCG@10 (selection half) | pseudo-dev nDCG@10 (every query) |\n|---:|---:|---:|" if halves else \
         "| step | dev nDCG@10 |\n|---:|---:|"
-    rows = [f"| {s}{' (starting model)' if s == '0' else ''} | {cell(v)} |" + (f" {cell(pseudo.get(s))} |" if judged else "")
+    rows = [f"| {s}{' (starting model)' if s == '0' else ''} | {cell(v)} |" + (f" {cell(pseudo.get(s))} |" if halves else "")
             for s, v in sorted(m["dev"].items(), key=lambda x: int(x[0]))]
     return "\n".join([head, *rows])
 
