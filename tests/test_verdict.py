@@ -526,6 +526,21 @@ def test_pseudo_dev_selection_reads_only_its_half(tiny_bert_dir):
     assert DevSet(rows, "k", 32, None, judged=object(), pseudo_halves=halves).pseudo_verdict is None
 
 
+def test_a_pseudo_dev_set_too_small_to_split_states_nothing():
+    """One pseudo-dev query: nothing is held out, so no pseudo-only verdict can be stated, and the
+    reason the checkpoint stays unverified says so."""
+    from hf_dr.adaptation import stages
+    from hf_dr.adaptation.judged import split_judged
+    from hf_dr.adaptation.methods import DevSet
+
+    rows = _dev_rows(n_queries=1)
+    dev = DevSet(rows, "k", 32, None, pseudo_halves=split_judged([r["query_id"] for r in rows], seed=0))
+    assert dev.pseudo_verdict is None and dev.describe_pseudo_split() is None
+    why = stages._unverified_why(False, True, {**resolution({}, {}), "compared_step": 2})
+    assert why.startswith("the pseudo-dev set holds too few queries to hold any out") and "--dev-queries" in why
+    assert "could be made" in stages._unverified_why(False, True, None)
+
+
 @pytest.mark.pipeline
 def test_a_pseudo_only_verdict_is_stated_on_queries_that_did_not_choose(tiny_bert_dir, tmp_path, capsys, monkeypatch):
     """No judged query and a teacher that does not contain the student: the checkpoint is chosen on

@@ -518,6 +518,11 @@ def _unverified_why(contained: bool, won: bool, gain: dict | None) -> str:
                 "with it, and no query is judged")
     if not won:
         return "it did not beat the starting model on the pseudo-labels, and no query is judged"
+    if gain is None:
+        return "no pseudo-dev comparison with the starting model could be made, and no query is judged"
+    if not gain["queries"]:
+        return ("the pseudo-dev set holds too few queries to hold any out of the choice (raise --dev-queries), "
+                "and no query is judged")
     return (f"its pseudo-dev gain ({gain['difference']:+.4f}) is less than the {gain['queries']} held-out pseudo-dev "
             f"queries resolve (±{'n/a' if gain['resolution'] is None else format(gain['resolution'], '.4f')}), and no query "
             "is judged")
