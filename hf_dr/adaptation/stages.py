@@ -517,7 +517,7 @@ def _unverified_why(contained: bool, won: bool, gain: dict | None) -> str:
         return ("the teacher contains the starting model, so its pseudo-labels cannot compare a trained checkpoint "
                 "with it, and no query is judged")
     if not won:
-        return "it did not beat the starting model on the pseudo-labels, and no query is judged"
+        return "it did not beat the starting model on the pseudo-dev queries that choose, and no query is judged"
     if gain is None:
         return "no pseudo-dev comparison with the starting model could be made, and no query is judged"
     if not gain["queries"]:

@@ -205,7 +205,7 @@ def decide(kept_start: bool, judged: dict | None, contained: bool, pseudo: dict,
                           f"{_p(fell['p_value'])}); judge a few queries (qrels/dev.tsv) to compare on real ones")
         return KEPT, f"{head}: {unverified['why']} ({pseudo_part}); judge a few queries (qrels/dev.tsv) to compare"
     if kept_start:
-        return KEPT, f"{KEPT}: no checkpoint beat it on the pseudo-labelled dev set ({pseudo_part})"
+        return KEPT, f"{KEPT}: no checkpoint beat it on the pseudo-dev queries that choose ({pseudo_part})"
     if contained:  # not reached by the pipeline: a contained start is kept, the checkpoint unverified
         return PSEUDO_ONLY, (f"{PSEUDO_ONLY}: trained on them, and chosen among the trained checkpoints only: the "
                              f"teacher contains the starting model, whose pseudo-dev score favours it and compares "

@@ -45,7 +45,7 @@ class DevSet:
     max_length: int
     cache: StageCache
     judged: Any = None  # hf_dr.adaptation.judged.JudgedDev (qrels/dev.tsv), or None
-    #: ``(select, verdict)``: the pseudo-dev query ids split by the seed (:func:`pseudo_split`); with no
+    #: ``(select, verdict)``: the pseudo-dev query ids split by the seed (``stages._pseudo_dev``); with no
     #: judged query the selection half chooses the checkpoint and the verdict half states the verdict
     pseudo_halves: tuple[list[str], list[str]] | None = None
     _evaluator: Any = field(default=None, init=False, repr=False)
