@@ -7,7 +7,8 @@ Runs on the folders of ``benchmarks/verdict.py`` (the same corpora, the same tes
 corpus's judged test queries; the copy without judged dev queries, so selection and the verdict are
 those of a user with a corpus and no judgments) and in its work folders, so the labels are shared and
 a run the verdict grid made with the same flags is found cached. Training queries as there: SciFact's
-own, generated from the corpus for ArguAna and TREC-DL. One `hf-dr adapt` per (corpus, method,
+own, generated from the corpus for ArguAna and TREC-DL (every corpus generates its queries for a grid
+over a generation flag: ``--generator``, ``--queries-per-doc``, ``--num-queries``). One `hf-dr adapt` per (corpus, method,
 value, seed), every other setting the default but the budget flags given here, each cached by its
 output's ``metrics.json`` (the grid resumes).
 
@@ -36,6 +37,16 @@ def parse_grid(spec: str) -> tuple[str, str, str, list[str]]:
     student, method, rest = spec.split(":", 2)
     flag, values = rest.split("=", 1)
     return student, method, flag, values.split(",")
+
+
+#: flags of query generation: a grid of one of them generates every corpus's training queries (SciFact's
+#: own queries included), since a generator is compared on what it writes
+GENERATION_FLAGS = ("generator", "queries-per-doc", "num-queries")
+
+
+def generates(flag: str, corpus_generates: bool) -> bool:
+    """Whether a corpus's runs of a grid over ``flag`` train on generated queries."""
+    return corpus_generates or flag in GENERATION_FLAGS
 
 
 def trained_score(m: dict) -> float | None:
@@ -90,7 +101,7 @@ def main(argv=None) -> int:
                 for seed in seeds:
                     out = work / f"{data.name}-{student}-{method}-seed{seed}-{budget}-{flag}{value}"
                     res = adapt_run(data, out, work / f"work-{data.name.rsplit('-', 1)[0]}", student, method, seed,
-                                    a, folders["generate"], (f"--{flag}", value))
+                                    a, generates(flag, folders["generate"]), (f"--{flag}", value))
                     m = res["metrics"]
                     zero[corpus] = m["before"]["ndcg@10"]
                     s = trained_score(m)

@@ -703,3 +703,6 @@ def test_the_defaults_benchmark_supports_a_value_only_on_three_corpora():
     kept = {"kept_starting_model": True, "after": {"ndcg@10": 0.5}, "best_checkpoint": {"ndcg@10": 0.55}}
     assert mod.trained_score(shipped) == 0.6 and mod.trained_score(kept) == 0.55
     assert mod.trained_score({**kept, "best_checkpoint": None}) is None
+    # a generation flag's grid generates every corpus's queries (SciFact's own are not compared)
+    assert mod.generates("generator", False) and mod.generates("num-queries", False)
+    assert not mod.generates("learning-rate", False) and mod.generates("learning-rate", True)
