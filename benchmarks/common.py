@@ -8,6 +8,7 @@ the README shows exactly what the result files hold.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
@@ -43,6 +44,16 @@ def bm25s_own(texts, k: int = 1000):
                              show_progress=False)
 
     return search
+
+
+def require_installed() -> None:
+    """Exit with status 2 and one line when this interpreter cannot run hf-dr (a benchmark started outside
+    hf-dr's environment would otherwise fail in its first ``hf-dr`` child, with that child's traceback)."""
+    missing = [m for m in ("torch", "transformers", "datasets") if importlib.util.find_spec(m) is None]
+    if missing:
+        print(f"error: {sys.executable} has no {', '.join(missing)}: run the benchmark in hf-dr's environment "
+              "(`. .venv/bin/activate`, or `pip install -e .`)", file=sys.stderr)
+        sys.exit(2)
 
 
 def machine() -> str:

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import command_line, machine, save_rows  # noqa: E402
+from common import command_line, machine, require_installed, save_rows  # noqa: E402
 from verdict import CORPORA, REPO, adapt_run, log, prepare  # noqa: E402
 
 
@@ -83,6 +83,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-size", type=int, default=None)
     ap.add_argument("--work", default="runs/verdict", help="benchmarks/verdict.py's work folder (shared)")
     a = ap.parse_args(argv)
+    require_installed()
     work = (REPO / a.work).resolve() if not Path(a.work).is_absolute() else Path(a.work)
     budget = "-".join(f"{k}{getattr(a, k)}" for k in ("max_steps", "max_length", "batch_size")
                       if getattr(a, k) is not None) or "defaults"

@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED, machine, save_rows  # noqa: E402
+from common import SHARED, machine, require_installed, save_rows  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = {"minilm": SHARED / "models" / "all-MiniLM-L6-v2", "splade-tiny": SHARED / "models" / "splade-tiny"}
@@ -196,6 +196,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     a = parse_args(argv)
+    require_installed()
     work = (REPO / a.work).resolve() if not Path(a.work).is_absolute() else Path(a.work)
     budget = "-".join(f"{k}{getattr(a, k)}" for k in ("max_steps", "max_length", "batch_size")
                       if getattr(a, k) is not None) or "defaults"
