@@ -7,6 +7,10 @@
    FLOPS) of ``SPLADECAI`` (its max-pooled projection, no ``[batch, length, |V|]`` logits) vs
    ``sentence_transformers.SparseEncoder`` (MLMTransformer + SpladePooling, full logits) on the
    same splade-tiny weights, batches of SciFact triplets and max length; ratio of steps/s.
+2b. Encoding against Sentence Transformers' ONNX (or OpenVINO) CPU backend, which cannot be installed
+   beside hf-dr: ``--st-backend-python PY``, the Python of an environment that has it
+   (``benchmarks/st_backend_peer.py`` runs there, answering timed encodes over a pipe; hf-dr's runs
+   and its alternate), with a check that its embeddings are the model's (cosine to hf-dr's).
 3. Search: queries/s of ``DenseIndex`` (faiss flat IP), ``SparseIndex`` (splade-tiny vectors; and
    the approximate ``SeismicIndex`` of them, hf-dr[seismic]) and ``BM25Index`` (bm25s' scores
    searched by ``SparseIndex``) vs bm25s' own ``BM25.retrieve``
@@ -18,6 +22,8 @@
                                                       # encoding short documents: 12-word windows
     python benchmarks/speed.py --skip encode encode-sparse dense-search sparse-search bm25-search
                                                       # SPLADE training only
+    python benchmarks/speed.py --st-backend-python .venv-onnx/bin/python --skip encode encode-sparse \
+        train-sparse dense-search sparse-search bm25-search   # vs ST's ONNX backend (st_backend_peer.py)
     OMP_NUM_THREADS=1 python benchmarks/speed.py --clock cpu --skip encode encode-sparse train-sparse \
         dense-search --sparse-embeddings EMB           # search only, CPU time (a shared machine)
 
@@ -59,6 +65,63 @@ def compare_encode(ours, peer, sample: list[str], batch_size: int, repeats: int)
         t_ours.append(best_time(lambda: ours(sample, batch_size=batch_size), 1))
         t_peer.append(best_time(lambda: peer(sample, batch_size=batch_size), 1))
     return len(sample) / min(t_ours), len(sample) / min(t_peer)
+
+
+def st_backend_row(a, sample: list[str], what: str) -> dict:
+    """docs/s of hf-dr's encode loop vs ``SentenceTransformer(backend=a.st_backend)`` run by
+    ``a.st_backend_python`` (``benchmarks/st_backend_peer.py``): the same model, texts, batch size and
+    max length; a warm-up of both, then ``--repeats`` alternating timed runs (each side timed around its
+    encode call alone), best of each. The peer's embeddings of the first 256 texts are compared with
+    hf-dr's (the lowest cosine), so that the row is about the same model."""
+    import json
+    import subprocess
+    import tempfile
+
+    import numpy as np
+
+    from hf_dr.models.dense import DenseEncoder
+
+    ours = DenseEncoder.from_pretrained(a.model)
+    peer = subprocess.Popen([a.st_backend_python, str(Path(__file__).resolve().parent / "st_backend_peer.py"),
+                             "--model", a.model, "--backend", a.st_backend, "--max-length", str(ours.max_doc_length)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def ask(req: dict) -> dict:
+        peer.stdin.write(json.dumps(req) + "\n")
+        peer.stdin.flush()
+        line = peer.stdout.readline()
+        if not line:
+            raise SystemExit(f"error: {a.st_backend_python} st_backend_peer.py ended (its stderr is above)")
+        return json.loads(line)
+
+    hello = json.loads(peer.stdout.readline() or "{}")
+    if not hello.get("ready"):
+        raise SystemExit(f"error: {a.st_backend_python} could not load {a.model} with backend={a.st_backend}")
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            ask({"texts": sample[:256], "batch_size": a.batch_size, "save": f"{tmp}/peer.npy"})
+            theirs = np.load(f"{tmp}/peer.npy")
+        mine = np.asarray(ours.encode_corpus(sample[:256], batch_size=a.batch_size, show_progress_bar=False))
+        cos = (mine * theirs).sum(1) / (np.linalg.norm(mine, axis=1) * np.linalg.norm(theirs, axis=1))
+        ours.encode_corpus(sample[:64], batch_size=a.batch_size, show_progress_bar=False)
+        ask({"texts": sample[:64], "batch_size": a.batch_size})
+        t_ours, t_peer = [], []
+        for _ in range(a.repeats):
+            t_ours.append(best_time(lambda: ours.encode_corpus(sample, batch_size=a.batch_size,
+                                                               show_progress_bar=False), 1))
+            t_peer.append(ask({"texts": sample, "batch_size": a.batch_size})["seconds"])
+    finally:
+        peer.stdin.close()
+        peer.wait()
+    ours_dps, peer_dps = len(sample) / min(t_ours), len(sample) / min(t_peer)
+    versions = ", ".join(f"{k} {v}" for k, v in hello["versions"].items())
+    print(f"encode: hf-dr {ours_dps:.1f} docs/s, SentenceTransformer(backend={a.st_backend!r}) {peer_dps:.1f} "
+          f"docs/s, ratio {ours_dps / peer_dps:.2f}x; lowest cosine {cos.min():.6f} ({versions})", flush=True)
+    return {"system": f"encode: hf-dr vs SentenceTransformer(backend={a.st_backend!r}) in its own environment "
+                      f"({versions}; MiniLM, batch {a.batch_size}, max_len {ours.max_doc_length}, {what})",
+            "metrics": {"hf_dr_docs_per_s": round(ours_dps, 2), "peer_docs_per_s": round(peer_dps, 2),
+                        "ratio": round(ours_dps / peer_dps, 3), "lowest_cosine": round(float(cos.min()), 6),
+                        "peer_load_s": hello["load_seconds"]}}
 
 
 def compare_splade_training(a, data, texts) -> dict:
@@ -199,8 +262,12 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--skip", nargs="*", default=[],
-                    choices=["encode", "encode-sparse", "train-sparse", "dense-search", "sparse-search",
-                             "seismic-search", "bm25-search"])
+                    choices=["encode", "encode-sparse", "encode-st-backend", "train-sparse", "dense-search",
+                             "sparse-search", "seismic-search", "bm25-search"])
+    ap.add_argument("--st-backend-python", default=None,
+                    help="the Python of an environment with sentence-transformers[onnx] (or [openvino]): encode "
+                         "against SentenceTransformer(backend=--st-backend) there (benchmarks/st_backend_peer.py)")
+    ap.add_argument("--st-backend", default="onnx", choices=["onnx", "openvino"])
     ap.add_argument("--train-batch-size", type=int, default=8, help="triplets per SPLADE training step")
     ap.add_argument("--train-steps", type=int, default=5, help="timed SPLADE training steps per repeat")
     ap.add_argument("--sparse-embeddings", default=None,
@@ -210,6 +277,8 @@ def main() -> None:
                     help="cpu: this process's CPU time (a shared machine; with OMP_NUM_THREADS=1), printed and not "
                          "saved (benchmarks/results holds wall-clock rows)")
     a = ap.parse_args()
+    if a.st_backend_python and a.clock == "cpu":
+        ap.error("--st-backend-python times the peer in its own process: wall clock only")
     global CLOCK
     CLOCK = time.process_time if a.clock == "cpu" else time.perf_counter
 
@@ -265,6 +334,9 @@ def main() -> None:
                      f"{a.batch_size}, max_len {st_sparse.max_seq_length}, {what})",
                      "metrics": {"hf_dr_docs_per_s": round(ours_dps, 2), "peer_docs_per_s": round(st_dps, 2),
                                  "ratio": round(ours_dps / st_dps, 3)}})
+
+    if a.st_backend_python and "encode-st-backend" not in a.skip:
+        rows.append({**base, **where, **st_backend_row(a, *encode_sample())})
 
     if "train-sparse" not in a.skip:
         rows.append({**base, **compare_splade_training(a, data, texts)})
