@@ -106,6 +106,10 @@ def prepare(corpus: str, work: Path, dev_fraction: float, max_docs: int | None, 
     return {**folders, "dev": len(dev), "test": len(qids) - len(dev), "generate": not has_train}
 
 
+#: `hf-dr adapt` flags a run of the grid may set (when given), named in its output folder and its rows' budget
+BUDGET_FLAGS = ("max_steps", "max_length", "batch_size", "dev_queries")
+
+
 def adapt_run(data: Path, out: Path, work_dir: Path, student: str, method: str, seed: int, a, generate: bool,
               extra: tuple[str, ...] = ()) -> dict:
     """One `hf-dr adapt` (skipped when ``out/metrics.json`` exists), ``extra`` flags last; returns its
@@ -113,8 +117,8 @@ def adapt_run(data: Path, out: Path, work_dir: Path, student: str, method: str, 
     cmd = ["adapt", "--data", str(data), "--model", str(MODELS[student]), "--method", method, "--seed", str(seed),
            "--output", str(out), "--work-dir", str(work_dir), "--overwrite"]
     cmd += ["--kind", "sparse"] * (student == "splade-tiny") + ["--queries", "generate"] * generate
-    for flag in ("max_steps", "max_length", "batch_size"):
-        if getattr(a, flag) is not None:
+    for flag in BUDGET_FLAGS:
+        if getattr(a, flag, None) is not None:
             cmd += [f"--{flag.replace('_', '-')}", str(getattr(a, flag))]
     cmd += list(extra)
     shown = "hf-dr " + " ".join(os.path.relpath(x, REPO) if x.startswith("/") else x for x in cmd)
@@ -190,6 +194,8 @@ def parse_args(argv=None):
     ap.add_argument("--max-steps", type=int, default=None, help="default: each method's")
     ap.add_argument("--max-length", type=int, default=None, help="default: the model's own")
     ap.add_argument("--batch-size", type=int, default=None)
+    ap.add_argument("--dev-queries", type=int, default=None,
+                    help="hf-dr adapt --dev-queries (the pseudo-labelled dev set; default: adapt's, 50)")
     ap.add_argument("--work", default="runs/verdict")
     return ap.parse_args(argv)
 
@@ -198,8 +204,7 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     require_installed()
     work = (REPO / a.work).resolve() if not Path(a.work).is_absolute() else Path(a.work)
-    budget = "-".join(f"{k}{getattr(a, k)}" for k in ("max_steps", "max_length", "batch_size")
-                      if getattr(a, k) is not None) or "defaults"
+    budget = "-".join(f"{k}{getattr(a, k)}" for k in BUDGET_FLAGS if getattr(a, k) is not None) or "defaults"
     # what the rows and the summary are grouped by: the budget and the data (dev fraction, reduced corpus)
     tag = (f"{budget}-dev{round(100 * a.dev_fraction)}" + (f"-docs{a.max_docs}" if a.max_docs else "")
            + ("-resplit" if a.split == "per-seed" else ""))
