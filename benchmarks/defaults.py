@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import command_line, machine, require_installed, save_rows  # noqa: E402
-from verdict import CORPORA, REPO, adapt_run, log, prepare  # noqa: E402
+from verdict import BUDGET_FLAGS, CORPORA, REPO, adapt_run, log, prepare  # noqa: E402
 
 
 def parse_grid(spec: str) -> tuple[str, str, str, list[str]]:
@@ -85,8 +85,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     require_installed()
     work = (REPO / a.work).resolve() if not Path(a.work).is_absolute() else Path(a.work)
-    budget = "-".join(f"{k}{getattr(a, k)}" for k in ("max_steps", "max_length", "batch_size")
-                      if getattr(a, k) is not None) or "defaults"
+    budget = "-".join(f"{k}{getattr(a, k)}" for k in BUDGET_FLAGS if getattr(a, k, None) is not None) or "defaults"
     tag = f"{budget}-dev{round(100 * a.dev_fraction)}" + (f"-docs{a.max_docs}" if a.max_docs else "")
     seeds = [int(s) for s in a.seeds.split(",")]
     rows = []

@@ -9,8 +9,8 @@
    same splade-tiny weights, batches of SciFact triplets and max length; ratio of steps/s.
 2b. Encoding against Sentence Transformers' ONNX (or OpenVINO) CPU backend, which cannot be installed
    beside hf-dr: ``--st-backend-python PY``, the Python of an environment that has it
-   (``benchmarks/st_backend_peer.py`` runs there, answering timed encodes over a pipe; hf-dr's runs
-   and its alternate), with a check that its embeddings are the model's (cosine to hf-dr's).
+   (``benchmarks/st_backend_peer.py`` runs there, answering encodes over a pipe, alternated with hf-dr's
+   as in 1.), with a check that its embeddings are the model's (cosine to hf-dr's).
 3. Search: queries/s of ``DenseIndex`` (faiss flat IP), ``SparseIndex`` (splade-tiny vectors; and
    the approximate ``SeismicIndex`` of them, hf-dr[seismic]) and ``BM25Index`` (bm25s' scores
    searched by ``SparseIndex``) vs bm25s' own ``BM25.retrieve``
@@ -69,10 +69,10 @@ def compare_encode(ours, peer, sample: list[str], batch_size: int, repeats: int)
 
 def st_backend_row(a, sample: list[str], what: str) -> dict:
     """docs/s of hf-dr's encode loop vs ``SentenceTransformer(backend=a.st_backend)`` run by
-    ``a.st_backend_python`` (``benchmarks/st_backend_peer.py``): the same model, texts, batch size and
-    max length; a warm-up of both, then ``--repeats`` alternating timed runs (each side timed around its
-    encode call alone), best of each. The peer's embeddings of the first 256 texts are compared with
-    hf-dr's (the lowest cosine), so that the row is about the same model."""
+    ``a.st_backend_python`` (``benchmarks/st_backend_peer.py``), through :func:`compare_encode`: the same
+    model, texts, batch size and max length; the peer's time includes passing the texts over its pipe
+    (milliseconds against seconds of encoding). The peer's embeddings of the first 256 texts are compared
+    with hf-dr's (the lowest cosine), so that the row is about the same model."""
     import json
     import subprocess
     import tempfile
@@ -103,17 +103,12 @@ def st_backend_row(a, sample: list[str], what: str) -> dict:
             theirs = np.load(f"{tmp}/peer.npy")
         mine = np.asarray(ours.encode_corpus(sample[:256], batch_size=a.batch_size, show_progress_bar=False))
         cos = (mine * theirs).sum(1) / (np.linalg.norm(mine, axis=1) * np.linalg.norm(theirs, axis=1))
-        ours.encode_corpus(sample[:64], batch_size=a.batch_size, show_progress_bar=False)
-        ask({"texts": sample[:64], "batch_size": a.batch_size})
-        t_ours, t_peer = [], []
-        for _ in range(a.repeats):
-            t_ours.append(best_time(lambda: ours.encode_corpus(sample, batch_size=a.batch_size,
-                                                               show_progress_bar=False), 1))
-            t_peer.append(ask({"texts": sample, "batch_size": a.batch_size})["seconds"])
+        ours_dps, peer_dps = compare_encode(
+            lambda x, **kw: ours.encode_corpus(x, show_progress_bar=False, **kw),
+            lambda x, batch_size: ask({"texts": x, "batch_size": batch_size}), sample, a.batch_size, a.repeats)
     finally:
         peer.stdin.close()
         peer.wait()
-    ours_dps, peer_dps = len(sample) / min(t_ours), len(sample) / min(t_peer)
     versions = ", ".join(f"{k} {v}" for k, v in hello["versions"].items())
     print(f"encode: hf-dr {ours_dps:.1f} docs/s, SentenceTransformer(backend={a.st_backend!r}) {peer_dps:.1f} "
           f"docs/s, ratio {ours_dps / peer_dps:.2f}x; lowest cosine {cos.min():.6f} ({versions})", flush=True)
