@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -54,12 +55,8 @@ def run_from_scores(scores: np.ndarray, indices: np.ndarray, query_ids, doc_ids)
             doc_ids = list(doc_ids)
         names = [doc_ids[i] for i in rows.tolist()]
     values = scores[hit].tolist()  # Python floats, as float(s) of each score
-    run: Run = {}
-    at = 0
-    for qid, n in zip(query_ids, hit.sum(axis=1).tolist()):
-        run[str(qid)] = dict(zip(names[at:at + n], values[at:at + n]))
-        at += n
-    return run
+    pairs = zip(names, values)  # each query's dict takes its hits' pairs off the one zip
+    return {str(qid): dict(islice(pairs, n)) for qid, n in zip(query_ids, hit.sum(axis=1).tolist())}
 
 
 def top_k_run(run: Run, k: int) -> Run:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -200,11 +201,8 @@ class SparseIndex:
         best = np.concatenate(tops) if tops else np.zeros(0, np.int64)
         names = self._names(0xFFFFFFFF - (best & 0xFFFFFFFF))
         scores = (best >> 32).astype(np.int32).view(np.float32).tolist()  # Python floats, float(s) of each
-        out, pos = [], 0
-        for t in tops:
-            out.append(dict(zip(names[pos:pos + len(t)], scores[pos:pos + len(t)])))
-            pos += len(t)
-        return out
+        pairs = zip(names, scores)  # each row's dict takes its length of pairs off the one zip (no slices)
+        return [dict(islice(pairs, len(t))) for t in tops]
 
     def _names(self, rows: np.ndarray) -> list[str]:
         """The ids of the documents at ``rows`` (a saved index's: only those are read)."""
