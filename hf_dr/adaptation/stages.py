@@ -501,11 +501,11 @@ def select(run: AdaptRun, labels: Labels, trained: Trained) -> Selection:
     if unverified is not None:
         unverified["folder"] = str(best_dir)
     verdict, sentence = decide(kept_start, comparison, contained and not judged, pseudo, fell, unverified)
-    from .verdict import verdict_word
+    from .verdict import verdict_word, word_line
 
     word = verdict_word(verdict, unverified is not None)
     say(f"verdict: {sentence}")
-    say(f"verdict: {word} (Sentence Transformers' word against the starting model, evaluated first)")
+    say(word_line(word))
     return Selection(step, dev, folder, kept_start, contained, dev_scores, last_step, last_dir, start_is_candidate,
                      verdict, sentence, comparison, pseudo, fell, unverified, word, best_step if record["dev"] else 0,
                      best_dir if record["dev"] and (best_dir / "config.json").is_file() else None)

@@ -69,6 +69,12 @@ def verdict_word(verdict: str, unverified: bool = False) -> str:
     return WIN if verdict == LABELLED else MARGINAL
 
 
+def word_line(word: str) -> str:
+    """The line that gives the verdict's Sentence Transformers word (said once the verdict is made, and
+    in the command's summary: the same words)."""
+    return f"verdict: {word} (Sentence Transformers' word, against the starting model evaluated first)"
+
+
 def resolution(after: Mapping[str, float], before: Mapping[str, float]) -> dict:
     """The paired comparison of per-query scores ``after`` vs ``before`` (their shared queries):
     ``difference`` (mean), ``resolution`` (the half-width of its 95% confidence interval, paired

@@ -160,6 +160,7 @@ def config_from_args(args, command: str | None = None):
 
 def run(args) -> int:
     from ..adaptation.pipeline import AdaptError, adapt
+    from ..adaptation.verdict import word_line
     from ..cli import CLIError
 
     from .ingest import documents_as_data
@@ -190,7 +191,7 @@ def run(args) -> int:
               f"yardstick; dev nDCG@10 {m['dev']['0']:.4f} (step 0) -> {m['selected_dev_ndcg@10']:.4f} "
               f"(step {m['selected_step']})")
     print(f"verdict: {m['verdict_sentence']}")
-    print(f"verdict: {m['verdict_word']} (Sentence Transformers' word, against the starting model evaluated first)")
+    print(word_line(m["verdict_word"]))
     if m.get("unverified"):
         print(f"the trained checkpoint (step {m['unverified']['step']}) is in {res.output / 'unverified'}: unverified, "
               "it may be worse than the starting model in model/")
