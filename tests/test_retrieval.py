@@ -6,8 +6,8 @@ import scipy.sparse as sp
 
 from hf_dr.data import load_beir
 from hf_dr.evaluation import remove_self_matches
-from hf_dr.retrieval import (BM25Index, DenseIndex, SparseIndex, fuse, read_trec_run,
-                             write_trec_run)
+from hf_dr.retrieval import (BM25Index, DenseIndex, IdList, SparseIndex, fuse, id_sequence, read_trec_run,
+                             run_from_scores, write_trec_run)
 
 from .conftest import DATA, SAMPLE, need
 
@@ -25,6 +25,21 @@ def test_bm25_ranks_term_frequency_and_handles_no_overlap():
     assert run["q3"] == {}
     stemmed = BM25Index(list(DOCS), list(DOCS.values()), stemmer="english").search({"q": "cats"}, top_k=10)
     assert set(stemmed["q"]) == {"a", "b", "d"}
+
+
+def test_id_list_takes_the_ids_at_rows_and_runs_are_made_from_any_id_sequence():
+    ids = id_sequence(range(5))  # made str, as every index keeps them
+    assert isinstance(ids, IdList) and ids == ["0", "1", "2", "3", "4"]
+    assert ids.take(np.array([4, 0, 4])) == ["4", "0", "4"] and ids.take([]) == []
+    ids.append("5")  # grown after a take: the gather follows
+    assert ids.take([5]) == ["5"]
+    assert id_sequence(ids) is ids
+    scores = np.array([[0.9, 0.5, 0.1], [0.7, 0.0, 0.0]], np.float32)
+    rows = np.array([[2, 0, 1], [3, -1, -1]])  # -1: no hit
+    for doc_ids in (("a", "b", "c", "d"), ["a", "b", "c", "d"], IdList("abcd")):
+        run = run_from_scores(scores, rows, ["q1", "q2"], doc_ids)
+        assert run == {"q1": {"c": pytest.approx(0.9), "a": 0.5, "b": pytest.approx(0.1)}, "q2": {"d": pytest.approx(0.7)}}
+        assert list(run["q1"]) == ["c", "a", "b"] and all(type(v) is float for v in run["q1"].values())
 
 
 def test_bm25_known_top1_on_sample():

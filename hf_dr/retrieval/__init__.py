@@ -8,12 +8,12 @@ from .bm25 import BM25Index
 from .dense import DenseIndex
 from .fusion import fuse, normalize_run
 from .retriever import BM25Retriever, EncoderRetriever, HybridRetriever, Retriever
-from .run import Run, read_trec_run, run_from_scores, top_k_run, write_trec_run
+from .run import IdList, Run, id_sequence, read_trec_run, run_from_scores, top_k_run, write_trec_run
 from .saved import (DocIds, SavedIndex, SavedIndexError, save_bm25_index, save_dense_index, save_seismic_index,
                     save_sparse_index)
 from .sparse import SparseIndex
 
 __all__ = ["Retriever", "BM25Retriever", "EncoderRetriever", "HybridRetriever",
            "BM25Index", "DenseIndex", "SparseIndex", "fuse", "normalize_run", "Run", "read_trec_run",
-           "write_trec_run", "run_from_scores", "top_k_run", "SavedIndex", "SavedIndexError", "DocIds",
+           "write_trec_run", "run_from_scores", "top_k_run", "IdList", "id_sequence", "SavedIndex", "SavedIndexError", "DocIds",
            "save_dense_index", "save_sparse_index", "save_seismic_index", "save_bm25_index"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .run import Run, run_from_scores
+from .run import Run, id_sequence, run_from_scores
 
 __all__ = ["BM25Index", "import_bm25s", "check_stemmer", "check_stopwords", "stemmer_names"]
 
@@ -112,7 +112,7 @@ class BM25Index:
 
     def _setup(self, doc_ids, stemmer, stopwords, k1, b, method) -> None:
         self._bm25s = import_bm25s()
-        self.doc_ids = doc_ids if hasattr(doc_ids, "take") else [str(d) for d in doc_ids]
+        self.doc_ids = id_sequence(doc_ids)
         self.stopwords = check_stopwords(stopwords)
         self.stemmer = check_stemmer(stemmer)
         self._stemmer = None

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .run import Run, run_from_scores
+from .run import Run, id_sequence, run_from_scores
 
 __all__ = ["DenseIndex", "INDEX_TYPES"]
 
@@ -96,7 +96,7 @@ class DenseIndex:
     def _set(self, index, doc_ids, use_gpu) -> None:
         import faiss
 
-        self.doc_ids = doc_ids if hasattr(doc_ids, "take") else [str(d) for d in doc_ids]
+        self.doc_ids = id_sequence(doc_ids)
         self.cpu_index = index
         if use_gpu and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
             self._gpu_res = faiss.StandardGpuResources()

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from .run import Run
+from .run import Run, id_sequence
 
 __all__ = ["BUILD_DEFAULTS", "SEARCH_DEFAULTS", "SeismicIndex"]
 
@@ -124,7 +124,7 @@ class SeismicIndex:
         self._set(doc_ids, vocab, lv, build, query_cut, heap_factor, threads)
 
     def _set(self, doc_ids, vocab: int, lv: bool, build: dict, query_cut, heap_factor, threads) -> None:
-        self.doc_ids = doc_ids if hasattr(doc_ids, "take") else [str(d) for d in doc_ids]
+        self.doc_ids = id_sequence(doc_ids)
         self.vocab_size, self.large_vocabulary, self.build_params = vocab, lv, dict(build)
         self.query_cut = int(query_cut if query_cut is not None else SEARCH_DEFAULTS["query_cut"])
         self.heap_factor = float(heap_factor if heap_factor is not None else SEARCH_DEFAULTS["heap_factor"])
@@ -208,7 +208,7 @@ class SeismicIndex:
             return {}
         pairs.sort(key=lambda x: (-x[0], x[1]))
         rows = np.fromiter((d for _, d in pairs), np.int64, len(pairs))
-        names = self.doc_ids.take(rows) if hasattr(self.doc_ids, "take") else [self.doc_ids[d] for d in rows.tolist()]
+        names = self.doc_ids.take(rows)
         return dict(zip(names, (s for s, _ in pairs)))
 
     def doc_vectors(self, rows: Sequence[int]) -> sp.csr_matrix:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from .run import Run
+from .run import Run, id_sequence
 
 try:  # the adding pass of SciPy's sparse product, called alone (SparseIndex._product)
     from scipy.sparse._sparsetools import csr_matmat as _csr_matmat
@@ -46,7 +46,7 @@ class SparseIndex:
         self._set(postings, doc_ids)
 
     def _set(self, postings: sp.csr_matrix, doc_ids) -> None:
-        self.doc_ids = doc_ids if hasattr(doc_ids, "take") else [str(d) for d in doc_ids]
+        self.doc_ids = id_sequence(doc_ids)
         self.postings = postings
         self.vocab_size = self.postings.shape[0]
 
@@ -199,18 +199,10 @@ class SparseIndex:
             row.sort()
             tops.append(row[::-1])
         best = np.concatenate(tops) if tops else np.zeros(0, np.int64)
-        names = self._names(0xFFFFFFFF - (best & 0xFFFFFFFF))
+        names = self.doc_ids.take(0xFFFFFFFF - (best & 0xFFFFFFFF))
         scores = (best >> 32).astype(np.int32).view(np.float32).tolist()  # Python floats, float(s) of each
         pairs = zip(names, scores)  # each row's dict takes its length of pairs off the one zip (no slices)
         return [dict(islice(pairs, len(t))) for t in tops]
-
-    def _names(self, rows: np.ndarray) -> list[str]:
-        """The ids of the documents at ``rows`` (a saved index's: only those are read)."""
-        if hasattr(self.doc_ids, "take"):
-            return self.doc_ids.take(rows)
-        if getattr(self, "_id_array", None) is None:
-            self._id_array = np.asarray(self.doc_ids, dtype=object)
-        return self._id_array[rows].tolist()
 
     def _scores(self, terms: np.ndarray, weights: np.ndarray, acc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(documents in corpus order, their float32 scores) of one query: every document on a
