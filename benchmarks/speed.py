@@ -214,27 +214,25 @@ def search_rows(a, data, texts: list[str], base: dict) -> list[dict]:
     run_qps = len(qids) / best_time(lambda: bm25s_run(qtexts), a.repeats)
     print(f"search: bm25s made a Run {run_qps:.1f} queries/s", flush=True)
     peer = {"bm25s_queries_per_s": round(bm25_qps, 1), "bm25s_run_queries_per_s": round(run_qps, 1)}
-    if "bm25-search" not in a.skip:  # hf-dr's BM25 (bm25s' scores, searched by SparseIndex) against it
-        bm25 = BM25Index.from_beir(data)
-        bm25.search(dict(list(queries.items())[:10]), top_k=1000)
-        qps = len(qids) / best_time(lambda: bm25.search(queries, top_k=1000), a.repeats)
-        print(f"search: BM25Index {qps:.1f} queries/s = {qps / bm25_qps:.2f}x bm25s, {qps / run_qps:.2f}x bm25s "
-              "made a Run", flush=True)
-        rows.append({**base, "system": f"search: BM25Index (bm25s' scores, SparseIndex search) vs bm25s' own retrieve "
-                                       f"({len(qids)} queries, top-1000, {len(texts)} docs)",
-                     "metrics": {"hf_dr_queries_per_s": round(qps, 1), **peer, "ratio": round(qps / bm25_qps, 3),
-                                 "ratio_same_output": round(qps / run_qps, 3)}})
-
-    def search_row(name, index, qvecs):
-        index.search(qvecs[:10], qids[:10], top_k=1000)
-        t = best_time(lambda: index.search(qvecs, qids, top_k=1000), a.repeats)
-        qps = len(qids) / t
+    def timed_row(name: str, search, warm) -> None:
+        """Time ``search()`` (all queries; ``warm()`` first: ten of them) against both peer figures."""
+        warm()
+        qps = len(qids) / best_time(search, a.repeats)
         print(f"search: {name} {qps:.1f} queries/s = {qps / bm25_qps:.2f}x bm25s, {qps / run_qps:.2f}x bm25s made a "
               "Run", flush=True)
         rows.append({**base, "system": f"search: {name} vs bm25s' own retrieve ({len(qids)} queries, top-1000, "
                                        f"{len(texts)} docs)",
                      "metrics": {"hf_dr_queries_per_s": round(qps, 1), **peer, "ratio": round(qps / bm25_qps, 3),
                                  "ratio_same_output": round(qps / run_qps, 3)}})
+
+    if "bm25-search" not in a.skip:  # hf-dr's BM25 (bm25s' scores, searched by SparseIndex) against it
+        bm25 = BM25Index.from_beir(data)
+        timed_row("BM25Index (bm25s' scores, SparseIndex search)", lambda: bm25.search(queries, top_k=1000),
+                  lambda: bm25.search(dict(list(queries.items())[:10]), top_k=1000))
+
+    def search_row(name, index, qvecs):
+        timed_row(name, lambda: index.search(qvecs, qids, top_k=1000),
+                  lambda: index.search(qvecs[:10], qids[:10], top_k=1000))
 
     if "dense-search" not in a.skip:
         # search speed does not depend on the embedding values: random unit vectors of the
