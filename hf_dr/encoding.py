@@ -200,26 +200,42 @@ def iter_encode(
         raise ValueError("nothing to encode: the input is empty")
 
 
-def _overflow(texts, ids, tokenizer, max_length, tokenizer_kwargs, report: LengthReport) -> None:
-    """Count, in ``report``, the texts that truncation to ``max_length`` cut, and by how many tokens
-    (only the texts that reached the limit are tokenised again, whole)."""
+def _tokenize(texts, tokenizer, max_length, tokenizer_kwargs, report: LengthReport) -> list[list[int]]:
+    """The ids of ``texts``, truncated to ``max_length``; counted in ``report``: the texts, and for each text
+    truncation cut, by how many tokens. A fast tokenizer tokenises a text whole before it truncates, and
+    returns what it cut as overflow rows (stride 0): one pass gives both. Another tokenizer: the texts
+    that reached the limit are tokenised a second time, whole."""
     report.texts += len(texts)
+    kw = dict(truncation=max_length is not None, max_length=max_length, padding=False, return_attention_mask=False,
+              **(tokenizer_kwargs or {}))
     if max_length is None:
-        return
+        return tokenizer(texts, **kw)["input_ids"]
+    if getattr(tokenizer, "is_fast", False):
+        tok = tokenizer(texts, return_overflowing_tokens=True, stride=0, **kw)
+        rows, of = tok["input_ids"], tok.get("overflow_to_sample_mapping")
+        if of is not None:
+            special = tokenizer.num_special_tokens_to_add(pair=False)  # each overflow row has them too
+            ids: list = [None] * len(texts)
+            cut = [0] * len(texts)
+            for row, i in zip(rows, of):
+                if ids[i] is None:
+                    ids[i] = row
+                else:
+                    cut[i] += len(row) - special
+            report.overflow += [c for c in cut if c > 0]
+            return ids
+    ids = tokenizer(texts, **kw)["input_ids"]
     full = [i for i, x in enumerate(ids) if len(x) >= max_length]
     if full:
         whole = tokenizer([texts[i] for i in full], truncation=False, padding=False, return_attention_mask=False,
                           verbose=False, **(tokenizer_kwargs or {}))["input_ids"]
         report.overflow += [len(x) - max_length for x in whole if len(x) > max_length]
+    return ids
 
 
 def _encode_chunk(texts, tokenizer, forward, pad_id, batch_size, max_length, device, sparse, convert_to,
                   tokenizer_kwargs, bar, report: LengthReport):
-    tok = tokenizer(texts, truncation=max_length is not None, max_length=max_length,
-                    padding=False, return_attention_mask=False, **(tokenizer_kwargs or {}))
-    ids = tok["input_ids"]
-    del tok
-    _overflow(texts, ids, tokenizer, max_length, tokenizer_kwargs, report)
+    ids = _tokenize(texts, tokenizer, max_length, tokenizer_kwargs, report)
     lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
     order = np.argsort(-lengths, kind="stable")
     outputs: list[torch.Tensor] = []
