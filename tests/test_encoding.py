@@ -56,6 +56,25 @@ def test_truncation_sparse_output_and_errors(tiny_tokenizer):
         encode(["a", None], tiny_tokenizer, rec)
 
 
+@pytest.mark.parametrize("max_length", [5, 8, 64])
+def test_one_tokenisation_counts_what_truncation_cut_as_a_second_whole_one_does(tiny_tokenizer, monkeypatch, max_length):
+    """The fast path (overflow rows of one pass) against the other tokenizers' path (the texts at the
+    limit tokenised again, whole): the same ids, the same overflow, text by text."""
+    from hf_dr.encoding import LengthReport, _tokenize
+
+    texts = TEXTS + ["", " ".join(TEXTS * 3)]
+    whole = [len(tiny_tokenizer(t)["input_ids"]) for t in texts]
+    fast = LengthReport("corpus", max_length)
+    ids = _tokenize(texts, tiny_tokenizer, max_length, None, fast)
+    assert tiny_tokenizer.is_fast
+    monkeypatch.setattr(type(tiny_tokenizer), "is_fast", property(lambda self: False))
+    other = LengthReport("corpus", max_length)
+    assert _tokenize(texts, tiny_tokenizer, max_length, None, other) == ids
+    assert ids == tiny_tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
+    assert fast.overflow == other.overflow == [n - max_length for n in whole if n > max_length]
+    assert fast.texts == other.texts == len(texts)
+
+
 def test_doc_to_text_is_beir_joining():
     assert doc_to_text({"title": "T", "text": "body"}) == "T body"
     assert doc_to_text({"title": "", "text": "body"}) == "body"
