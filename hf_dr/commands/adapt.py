@@ -50,8 +50,8 @@ def register(sub) -> None:
                         "or fill (the folder's own plus generated ones up to --num-queries' default; the dev set "
                         "from the folder's own; measured, not a default: docs/adapt.md)")
     p.add_argument("--generator", default=None,
-                   help="generated queries: span | terms | cloze | doc2query:ID (default span: measured, "
-                        "docs/adapt.md \"A corpus and nothing else\")")
+                   help="generated queries: span | terms | cloze | doc2query:ID (default span: wins or ties on three "
+                        "corpora with cai, docs/adapt.md \"Defaults across corpora\")")
     p.add_argument("--queries-per-doc", type=positive_int, default=None,
                    help="generated queries per document (default: one for each of --num-queries documents drawn "
                         "by --seed; above the corpus size GPL's ceil(--num-queries / |corpus|))")
