@@ -61,12 +61,19 @@ def read_trec_run(path: str | os.PathLike) -> Run:
 
 def run_from_scores(scores: np.ndarray, indices: np.ndarray, query_ids, doc_ids) -> Run:
     """Turn ``[n_q, k]`` score / doc-index matrices into a Run (index -1 = no hit, skipped).
-    ``doc_ids``: a sequence with ``take(rows) -> list`` (an :class:`IdList`, a saved index's memory-mapped
-    ids: only the ids of the hits are read), or any sequence (made an :class:`IdList` first)."""
+    ``doc_ids``: a sequence with ``take(rows) -> list`` (an index's :class:`IdList`, a saved index's
+    memory-mapped ids: only the ids of the hits are read), or a list (the hits looked up one by one: no
+    copy of a caller's whole id list on each call)."""
     scores, indices = np.asarray(scores), np.asarray(indices)
     hit = indices >= 0
     rows = indices[hit]
-    names = id_sequence(doc_ids).take(rows)
+    take = getattr(doc_ids, "take", None)  # an index's ids; a caller's own list: only the hits looked up
+    if take is not None:
+        names = take(rows)
+    else:
+        if not isinstance(doc_ids, list):
+            doc_ids = list(doc_ids)
+        names = [doc_ids[i] for i in rows.tolist()]
     values = scores[hit].tolist()  # Python floats, as float(s) of each score
     pairs = zip(names, values)  # each query's dict takes its hits' pairs off the one zip
     return {str(qid): dict(islice(pairs, n)) for qid, n in zip(query_ids, hit.sum(axis=1).tolist())}
