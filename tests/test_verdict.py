@@ -7,6 +7,7 @@ schedule that never evaluates more often than it trains)."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 from pathlib import Path
@@ -539,6 +540,30 @@ def test_a_pseudo_dev_set_too_small_to_split_states_nothing():
     why = stages._unverified_why(False, True, {**resolution({}, {}), "compared_step": 2})
     assert why.startswith("the pseudo-dev set holds too few queries to hold any out") and "--dev-queries" in why
     assert "could be made" in stages._unverified_why(False, True, None)
+
+
+def test_pseudo_labels_ship_a_checkpoint_only_past_the_prediction_interval():
+    """Pseudo-labels carry the teacher's errors: a held-out pseudo-dev gain past the 95% confidence
+    interval but short of the prediction interval (sqrt(2) wider for as many new queries) keeps the
+    start, and the reason names both half-widths; judged queries keep the confidence bar."""
+    from hf_dr.adaptation import stages
+    from hf_dr.adaptation.verdict import prediction_half_width, resolves_gain
+
+    between = {"queries": 25, "difference": 0.0236, "resolution": 0.0214, "p_value": 0.04, "compared_step": 300}
+    assert prediction_half_width(between) == pytest.approx(0.0214 * math.sqrt(2), rel=1e-12)
+    assert resolves_gain(between) and not resolves_gain(between, predictive=True)
+    past = {**between, "difference": 0.0625, "resolution": 0.0268}
+    assert resolves_gain(past, predictive=True)
+    assert not resolves_gain({**between, "difference": -0.05}, predictive=True)
+    assert not resolves_gain({**between, "resolution": None}, predictive=True)
+    why = stages._unverified_why(False, True, between)
+    assert "+0.0236" in why and "prediction interval of the 25 held-out pseudo-dev queries (±0.0303" in why
+    assert "confidence ±0.0214" in why
+    v, sentence = decide(True, None, False, {"start": 0.5, "selected": 0.5, "select_count": 25,
+                                             "held_out_start": 0.51, "held_out_selected": 0.53, **between},
+                         unverified={"step": 300, "why": why})
+    assert v == KEPT and sentence.startswith("kept the starting model; the trained checkpoint (step 300")
+    assert "95% interval ±0.0214; on as many other queries like them, expect +0.0236 ±0.0303" in sentence
 
 
 @pytest.mark.pipeline

@@ -443,8 +443,8 @@ def select(run: AdaptRun, labels: Labels, trained: Trained) -> Selection:
     it resolves, else the start is output and the checkpoint kept beside it as unverified (or not
     kept, when it shows it worse by more than it resolves). Without them, a trained checkpoint
     replaces the start only when evidence that does not contain the student says it is better: the
-    pseudo-labels of a teacher that does not contain it (:func:`_containment`), by more than their
-    queries resolve (:func:`_pseudo_gain`); otherwise the start is output and the best checkpoint is
+    pseudo-labels of a teacher that does not contain it (:func:`_containment`), by at least the 95%
+    prediction interval of their held-out queries (:func:`_pseudo_gain`); otherwise the start is output and the best checkpoint is
     kept beside it as unverified. Then the verdict
     (:func:`hf_dr.adaptation.verdict.decide`). Finishes the training folder (:func:`_finish_training`)."""
     say, record, dev0 = run.say, trained.record, trained.start_dev
@@ -478,7 +478,7 @@ def select(run: AdaptRun, labels: Labels, trained: Trained) -> Selection:
                 f"the {comparison['queries']} held-out ones ({comparison['difference']:+.4f}) is less than they "
                 f"resolve (±{'n/a' if res is None else format(res, '.4f')})")}
     else:
-        kept_start = not (won and resolves_gain(pseudo_gain))
+        kept_start = not (won and resolves_gain(pseudo_gain, predictive=True))
         if fell is not None:
             say(f"select: the queries were generated and the best checkpoint (step {best_step}) falls below the "
                 f"starting model on the pseudo-dev set by {-fell['difference']:.4f}, more than its {fell['queries']} "
@@ -523,9 +523,11 @@ def _unverified_why(contained: bool, won: bool, gain: dict | None) -> str:
     if not gain["queries"]:
         return ("the pseudo-dev set holds too few queries to hold any out of the choice (raise --dev-queries), "
                 "and no query is judged")
-    return (f"its pseudo-dev gain ({gain['difference']:+.4f}) is less than the {gain['queries']} held-out pseudo-dev "
-            f"queries resolve (±{'n/a' if gain['resolution'] is None else format(gain['resolution'], '.4f')}), and no query "
-            "is judged")
+    pred = prediction_half_width(gain)
+    return (f"its pseudo-dev gain ({gain['difference']:+.4f}) is less than the 95% prediction interval of the "
+            f"{gain['queries']} held-out pseudo-dev queries (±{'n/a' if pred is None else format(pred, '.4f')}; "
+            f"confidence ±{'n/a' if gain['resolution'] is None else format(gain['resolution'], '.4f')}): pseudo-labels "
+            "carry the teacher's errors, so their gain must show on as many new queries; and no query is judged")
 
 
 def _start_folder(run: AdaptRun, trained: Trained) -> Path:
@@ -596,7 +598,9 @@ def _pseudo_gain(run: AdaptRun, labels: Labels, trained: Trained, best_step: int
             "select_count": len(select),
             "accounts_for": (f"the sampling of the {len(held_out)} held-out pseudo-dev queries (paired t, 95%): the "
                              f"checkpoint was chosen among {candidates} candidates on the {len(select)} other "
-                             "pseudo-dev queries, so the choice does not bias it; not the teacher's errors")}
+                             "pseudo-dev queries, so the choice does not bias it; not the teacher's errors, so a "
+                             "checkpoint is output only on a gain of at least the 95% prediction interval (as many "
+                             "new queries)")}
 
 
 def _judged_verdict(run: AdaptRun, labels: Labels, trained: Trained, best_dir: Path, best_step: int) -> dict:

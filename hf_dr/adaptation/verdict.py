@@ -13,15 +13,20 @@ word Sentence Transformers' training examples print against a baseline evaluated
   With judged queries this is the only verdict that outputs a trained checkpoint.
 * **better on pseudo-labels only** (``MARGINAL``): no judged query, and the pseudo-dev set of a
   teacher that does not contain the student shows the best trained checkpoint better than the start
-  by more than its queries resolve: it is output, on the pseudo-labels' word alone. As with judged
-  queries, the seed splits the pseudo-dev queries in two: one half chooses the checkpoint, the other,
-  held out, states the verdict.
+  by at least the half-width of the 95% *prediction* interval of its held-out queries (the
+  difference expected on as many new queries leans its way; :func:`resolves_gain` with
+  ``predictive``): it is output, on the pseudo-labels' word alone. As with judged queries, the seed
+  splits the pseudo-dev queries in two: one half chooses the checkpoint, the other, held out, states
+  the verdict. The bar is higher than with judged queries (their confidence interval) because the
+  pseudo-labels carry the teacher's errors, which no interval accounts for: measured in
+  ``benchmarks/verdict.py``, the confidence interval let through one loss below zero-shot in 13
+  pseudo-only comparisons (docs/adapt.md, "Does the verdict hold?").
 * **kept the starting model** (``REGRESSION``; ``MARGINAL`` when a trained checkpoint is kept beside
   it as *unverified*): no checkpoint beat the start on the evidence that chose; or the held-out
   judged queries show the chosen one worse by more than they resolve; or nothing says it is better
   by more than the evidence resolves (held-out judged queries leaning its way by less than they
   resolve; with no judged query, a teacher that contains the student, or a pseudo-dev gain smaller
-  than it resolves): the start is the output and the best trained checkpoint is kept beside it as
+  than its prediction interval): the start is the output and the best trained checkpoint is kept beside it as
   ``unverified/``, which the first words of the sentence say.
 
 The teacher-contains-student rule is behavioural: a fusion teacher's dense half ranks the dev
@@ -112,10 +117,17 @@ def prediction_half_width(comparison: Mapping, other_queries: int | None = None)
     return float(half * math.sqrt(1.0 + n / m))
 
 
-def resolves_gain(comparison: Mapping | None) -> bool:
-    """Whether a paired comparison (:func:`resolution`) shows a gain at least as large as it resolves."""
-    return bool(comparison) and comparison.get("resolution") is not None and comparison["difference"] > 0 \
-        and comparison["difference"] >= comparison["resolution"]
+def resolves_gain(comparison: Mapping | None, predictive: bool = False) -> bool:
+    """Whether a paired comparison (:func:`resolution`) shows a gain at least as large as it resolves
+    (the half-width of its 95% confidence interval); with ``predictive``, at least the half-width of
+    its 95% prediction interval for as many other queries (:func:`prediction_half_width`, sqrt(2)
+    wider): the gain a user would see on as many new queries then leans its way too. That is the bar
+    for pseudo-labels (:data:`PSEUDO_ONLY`), whose grades carry the teacher's errors, which neither
+    interval accounts for."""
+    if not comparison or comparison.get("resolution") is None or comparison["difference"] <= 0:
+        return False
+    bar = prediction_half_width(comparison) if predictive else comparison["resolution"]
+    return bar is not None and comparison["difference"] >= bar
 
 
 def _top(scores: dict, docs: list, n: int) -> set:
@@ -167,6 +179,10 @@ def _pseudo_part(pseudo: dict) -> str:
     if pseudo.get("select_count") is not None:  # stated on the held-out half (stages._pseudo_gain)
         part += (f"; on the {pseudo.get('queries')} held-out pseudo-dev queries (the other {pseudo['select_count']} "
                  f"chose the checkpoint): {_f(pseudo.get('held_out_start'))} -> {_f(pseudo.get('held_out_selected'))}")
+        part += (f", difference {pseudo['difference']:+.4f}, 95% interval ±{_f(pseudo.get('resolution'))}; on as "
+                 f"many other queries like them, expect {pseudo['difference']:+.4f} "
+                 f"±{_f(prediction_half_width(pseudo))}")
+        return part
     return part + f", difference {pseudo['difference']:+.4f}, resolution ±{_f(pseudo.get('resolution'))}"
 
 
