@@ -19,8 +19,8 @@ word Sentence Transformers' training examples print against a baseline evaluated
   splits the pseudo-dev queries in two: one half chooses the checkpoint, the other, held out, states
   the verdict. The bar is higher than with judged queries (their confidence interval) because the
   pseudo-labels carry the teacher's errors, which no interval accounts for: measured in
-  ``benchmarks/verdict.py``, the confidence interval let through one loss below zero-shot in 13
-  pseudo-only comparisons (docs/adapt.md, "Does the verdict hold?").
+  ``benchmarks/verdict.py``, the confidence interval alone let a loss below zero-shot through
+  (docs/adapt.md, "Does the verdict hold?").
 * **kept the starting model** (``REGRESSION``; ``MARGINAL`` when a trained checkpoint is kept beside
   it as *unverified*): no checkpoint beat the start on the evidence that chose; or the held-out
   judged queries show the chosen one worse by more than they resolve; or nothing says it is better
