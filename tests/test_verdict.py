@@ -563,7 +563,8 @@ def test_pseudo_labels_ship_a_checkpoint_only_past_the_prediction_interval():
                                              "held_out_start": 0.51, "held_out_selected": 0.53, **between},
                          unverified={"step": 300, "why": why})
     assert v == KEPT and sentence.startswith("kept the starting model; the trained checkpoint (step 300")
-    assert "95% interval ±0.0214; on as many other queries like them, expect +0.0236 ±0.0303" in sentence
+    assert ("95% interval ±0.0214; on as many other queries graded by the teacher (not by relevance), expect "
+            "+0.0236 ±0.0303") in sentence
 
 
 @pytest.mark.pipeline

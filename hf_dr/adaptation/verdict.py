@@ -180,7 +180,7 @@ def _pseudo_part(pseudo: dict) -> str:
         part += (f"; on the {pseudo.get('queries')} held-out pseudo-dev queries (the other {pseudo['select_count']} "
                  f"chose the checkpoint): {_f(pseudo.get('held_out_start'))} -> {_f(pseudo.get('held_out_selected'))}")
         part += (f", difference {pseudo['difference']:+.4f}, 95% interval ±{_f(pseudo.get('resolution'))}; on as "
-                 f"many other queries like them, expect {pseudo['difference']:+.4f} "
+                 f"many other queries graded by the teacher (not by relevance), expect {pseudo['difference']:+.4f} "
                  f"±{_f(prediction_half_width(pseudo))}")
         return part
     return part + f", difference {pseudo['difference']:+.4f}, resolution ±{_f(pseudo.get('resolution'))}"
