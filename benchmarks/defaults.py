@@ -14,9 +14,15 @@ output's ``metrics.json`` (the grid resumes).
 
 What is compared is the **trained model**, not the output: the test nDCG@10 of the checkpoint
 selection chose (the output when it shipped, the ``unverified`` / best checkpoint when the start was
-kept), against the zero-shot model. Per corpus the value with the best mean over the seeds wins; a
-value within ``--tie`` (0.005 nDCG@10 by default) of the winner ties. A value is *supported* when it
-wins or ties on at least three corpora. Rows: ``benchmarks/results/defaults.json`` (docs/adapt.md,
+kept), against the zero-shot model. Per corpus the value with the best mean over the seeds wins. A
+value **ties** when the corpus's test queries do not tell it from the winner: within ``--tie`` (0.005
+nDCG@10 by default) of it, or the winner's paired advantage on the test queries (each query's
+nDCG@10 averaged over the seeds) smaller than the half-width of its 95% confidence interval
+(``hf_dr.adaptation.verdict.resolution``, the paired t interval the verdict states). A value is
+*supported* when it wins or ties on at least three corpora; the rows also give the count under the
+fixed margin alone (``within 0.005``), the rule of the rows made before per-query scores were kept
+(2026-11-30). Per-query scores are ``metrics.json``'s ``test_per_query``: a run written without them
+is made again (its stages found cached). Rows: ``benchmarks/results/defaults.json`` (docs/adapt.md,
 "Defaults across corpora").
 """
 
@@ -58,15 +64,52 @@ def trained_score(m: dict) -> float | None:
     return best["ndcg@10"] if best else None
 
 
-def decide(scores: dict[str, dict[str, float]], tie: float) -> dict:
-    """``scores``: {corpus: {value: mean trained test nDCG@10}} -> per value, the corpora it wins or
-    ties on (within ``tie`` of the corpus's best), and whether that is at least three."""
+def trained_per_query(m: dict) -> dict[str, float] | None:
+    """The test nDCG@10 by query of the checkpoint :func:`trained_score` scores (None when the run
+    kept no per-query scores, or evaluated no trained checkpoint)."""
+    pq = m.get("test_per_query")
+    if not pq:
+        return None
+    return pq["after"] if not m["kept_starting_model"] else pq.get("best_checkpoint")
+
+
+def seed_mean(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Each query's score averaged over the seeds' runs (the queries every run scored)."""
+    shared = set.intersection(*(set(r) for r in runs)) if runs else set()
+    return {q: statistics.fmean(r[q] for r in runs) for q in sorted(shared)}
+
+
+def tie_test(per: dict[str, float], per_query: dict[str, dict[str, float]] | None, value: str, tie: float) -> dict:
+    """Whether ``value`` wins or ties on one corpus: ``per`` {value: mean trained test nDCG@10},
+    ``per_query`` {value: {query: nDCG@10}} (None or a value missing: the fixed margin alone). The
+    winner's paired advantage over ``value`` on the test queries and its 95% half-width come with it."""
+    best = max(per, key=per.get)
+    out = {"best": best, "from_best": per[value] - per[best], "within_tie": per[value] >= per[best] - tie,
+           "half_width": None, "unresolved": None}
+    if value != best and per_query and value in per_query and best in per_query:
+        from hf_dr.adaptation.verdict import resolution
+
+        cmp = resolution(per_query[best], per_query[value])
+        if cmp["resolution"] is not None:
+            out["half_width"], out["unresolved"] = cmp["resolution"], cmp["difference"] < cmp["resolution"]
+    out["ties"] = out["within_tie"] or bool(out["unresolved"])
+    return out
+
+
+def decide(scores: dict[str, dict[str, float]], tie: float,
+           per_query: dict[str, dict[str, dict[str, float]]] | None = None) -> dict:
+    """``scores``: {corpus: {value: mean trained test nDCG@10}}, ``per_query``: {corpus: {value:
+    {query: nDCG@10 averaged over the seeds}}} -> per value, the corpora it wins or ties on (within
+    ``tie`` of the corpus's best, or not resolved from it by the corpus's test queries:
+    :func:`tie_test`), the corpora within ``tie`` alone, and whether each is at least three."""
     out = {}
     values = sorted({v for per in scores.values() for v in per})
     for v in values:
-        won = [c for c, per in scores.items() if v in per and per[v] >= max(per.values()) - tie]
-        out[v] = {"wins_or_ties": won, "corpora": [c for c, per in scores.items() if v in per],
-                  "supported": len(won) >= 3}
+        tests = {c: tie_test(per, (per_query or {}).get(c), v, tie) for c, per in scores.items() if v in per}
+        won = [c for c, t in tests.items() if t["ties"]]
+        within = [c for c, t in tests.items() if t["within_tie"]]
+        out[v] = {"wins_or_ties": won, "within_tie": within, "corpora": list(tests), "supported": len(won) >= 3,
+                  "supported_within_tie": len(within) >= 3, "tests": tests}
     return out
 
 
@@ -92,16 +135,18 @@ def main(argv=None) -> int:
     for spec in a.grid:
         student, method, flag, values = parse_grid(spec)
         scores: dict[str, dict[str, float]] = {}
+        per_query: dict[str, dict[str, dict[str, float]]] = {}
         zero: dict[str, float] = {}
         for corpus in a.corpora.split(","):
             folders = prepare(corpus, work, a.dev_fraction, a.max_docs)
             data = folders["without"]
             for value in values:
-                got = []
+                got, got_pq = [], []
                 for seed in seeds:
                     out = work / f"{data.name}-{student}-{method}-seed{seed}-{budget}-{flag}{value}"
                     res = adapt_run(data, out, work / f"work-{data.name.rsplit('-', 1)[0]}", student, method, seed,
-                                    a, generates(flag, folders["generate"]), (f"--{flag}", value))
+                                    a, generates(flag, folders["generate"]), (f"--{flag}", value),
+                                    needs=("test_per_query",))
                     m = res["metrics"]
                     zero[corpus] = m["before"]["ndcg@10"]
                     s = trained_score(m)
@@ -109,20 +154,30 @@ def main(argv=None) -> int:
                         f"{zero[corpus]:.4f} ({m['verdict']})")
                     if s is not None:
                         got.append(s)
+                        got_pq.append(trained_per_query(m))
                 if got:
                     scores.setdefault(corpus, {})[value] = statistics.fmean(got)
-        verdicts = decide(scores, a.tie)
+                    if all(got_pq):
+                        per_query.setdefault(corpus, {})[value] = seed_mean(got_pq)
+        verdicts = decide(scores, a.tie, per_query)
         for value in values:
             for corpus, per in scores.items():
                 if value not in per:
                     continue
+                t = verdicts[value]["tests"][corpus]
                 rows.append({"table": "defaults", "dataset": corpus,
                              "system": f"{student}:{method} --{flag} {value} ({tag}; seeds {a.seeds})",
                              "command": command_line(), "machine": machine(),
                              "metrics": {"trained test ndcg@10": round(per[value], 4),
                                          "zero-shot": round(zero[corpus], 4),
                                          "difference": round(per[value] - zero[corpus], 4),
-                                         "best on corpus (1/0)": int(per[value] == max(per.values()))},
+                                         "best on corpus (1/0)": int(per[value] == max(per.values())),
+                                         # the corpus's best minus this value, paired over the test queries, and
+                                         # the half-width of its 95% interval (None: this is the best, or no
+                                         # per-query scores)
+                                         "from best": round(t["from_best"], 4),
+                                         "± (95%)": None if t["half_width"] is None else round(t["half_width"], 4),
+                                         "ties (1/0)": int(t["ties"])},
                              "budget": tag, "method": f"{student}:{method}", "flag": flag, "value": value})
             v = verdicts.get(value)
             if v:
@@ -131,7 +186,8 @@ def main(argv=None) -> int:
                              "system": f"{student}:{method} --{flag} {value} ({tag}; seeds {a.seeds}): wins or ties "
                                        f"on {on}",
                              "command": command_line(), "machine": machine(),
-                             "metrics": {"wins or ties": len(v["wins_or_ties"]), "corpora": len(v["corpora"]),
+                             "metrics": {"wins or ties": len(v["wins_or_ties"]),
+                                         f"within {a.tie:g}": len(v["within_tie"]), "corpora": len(v["corpora"]),
                                          "supported (>= 3)": int(v["supported"])},
                              "budget": tag, "method": f"{student}:{method}", "flag": flag, "value": value,
                              "on": v["wins_or_ties"]})

@@ -111,9 +111,10 @@ BUDGET_FLAGS = ("max_steps", "max_length", "batch_size", "dev_queries")
 
 
 def adapt_run(data: Path, out: Path, work_dir: Path, student: str, method: str, seed: int, a, generate: bool,
-              extra: tuple[str, ...] = ()) -> dict:
-    """One `hf-dr adapt` (skipped when ``out/metrics.json`` exists), ``extra`` flags last; returns its
-    metrics and the command."""
+              extra: tuple[str, ...] = (), needs: tuple[str, ...] = ()) -> dict:
+    """One `hf-dr adapt` (skipped when ``out/metrics.json`` exists and has every key of ``needs``: a run
+    written before a key was recorded is made again, its stages found cached in ``work_dir``), ``extra``
+    flags last; returns its metrics and the command."""
     cmd = ["adapt", "--data", str(data), "--model", str(MODELS[student]), "--method", method, "--seed", str(seed),
            "--output", str(out), "--work-dir", str(work_dir), "--overwrite"]
     cmd += ["--kind", "sparse"] * (student == "splade-tiny") + ["--queries", "generate"] * generate
@@ -122,7 +123,12 @@ def adapt_run(data: Path, out: Path, work_dir: Path, student: str, method: str, 
             cmd += [f"--{flag.replace('_', '-')}", str(getattr(a, flag))]
     cmd += list(extra)
     shown = "hf-dr " + " ".join(os.path.relpath(x, REPO) if x.startswith("/") else x for x in cmd)
-    if not (out / "metrics.json").is_file():
+    done = out / "metrics.json"
+    if done.is_file() and not set(needs) <= set(json.loads(done.read_text())):
+        log(f"{out.name}: metrics.json has no {', '.join(sorted(set(needs) - set(json.loads(done.read_text()))))}: "
+            "made again")
+        done.unlink()
+    if not done.is_file():
         log(f"$ {shown}")
         env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         subprocess.run([sys.executable, "-m", "hf_dr.cli", *cmd], cwd=REPO, check=True, env=env)

@@ -94,6 +94,13 @@ def test_adapt_end_to_end(first_run, tmp_path, capsys):
     assert m["teacher_contains_student"] is True and m["starting_model_is_candidate"] is False
     assert m["selected_step"] == 0 and m["kept_starting_model"] is True and m["unverified"]["step"] in (2, 4)
     assert m["best_checkpoint"]["step"] == m["unverified"]["step"]  # its test score, measured after the choice
+    # each evaluated model's test nDCG@10 by query: their means are the aggregates above (a paired test between runs)
+    pq = m["test_per_query"]
+    assert pq["metric"] == "ndcg@10" and len(pq["before"]) == 20 and pq["after"] == pq["before"]  # the start is output
+    assert pq["best_checkpoint"].keys() == pq["before"].keys()
+    assert (pq["last_checkpoint"] is None) == (m["last_checkpoint"] is None)
+    for name, agg in (("before", m["before"]), ("best_checkpoint", m["best_checkpoint"])):
+        assert abs(sum(pq[name].values()) / 20 - agg["ndcg@10"]) < 1e-9
     assert m["below_zero_shot"] == (m["after"]["ndcg@10"] < m["before"]["ndcg@10"])
     assert 0.0 <= m["p_value"] <= 1.0
     assert m["budget"]["steps"] == 4 and m["budget"]["max_length"] == 32
@@ -368,6 +375,9 @@ def test_last_checkpoint_is_reported_when_selection_chose_another(split_data, ti
     assert m["selected_step"] == 2 and m["verdict"] == "better on pseudo-labels only" and m["unverified"] is None
     assert m["verdict_interval"]["difference"] == 0.2 and m["verdict_interval"]["half_width"] == 0.1
     assert m["last_checkpoint"]["step"] == 4 and 0.0 <= m["last_checkpoint"]["ndcg@10"] <= 1.0
+    pq = m["test_per_query"]
+    assert pq["best_checkpoint"] is None and pq["last_checkpoint"].keys() == pq["after"].keys() == pq["before"].keys()
+    assert abs(sum(pq["last_checkpoint"].values()) / len(pq["before"]) - m["last_checkpoint"]["ndcg@10"]) < 1e-9
     assert "the last checkpoint (step 4, not selected) would score test nDCG@10" in text
     assert "the last\ncheckpoint, step 4, would have scored" in (tmp_path / "o" / "README.md").read_text()
 

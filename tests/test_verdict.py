@@ -725,6 +725,28 @@ def test_the_defaults_benchmark_supports_a_value_only_on_three_corpora():
     assert d["y"]["wins_or_ties"] == ["a", "b", "d"] and d["y"]["supported"]
     d = mod.decide(scores, tie=0.011)
     assert d["x"]["supported"] and d["x"]["wins_or_ties"] == ["a", "c", "d"] and len(d["y"]["wins_or_ties"]) == 4
+    # with per-query test scores, a value beyond the margin still ties where the corpus's queries do not
+    # resolve the winner's advantage (paired 95% interval), and does not where they do
+    rng = np.random.default_rng(0)
+    base = {str(q): float(v) for q, v in enumerate(rng.uniform(0.2, 0.8, 40))}
+    noisy = {q: v + (0.3 if int(q) % 2 else -0.2) for q, v in base.items()}  # mean +0.05, sd ~0.25: unresolved
+    steady = {q: v + 0.05 + (0.002 if int(q) % 3 else -0.004) for q, v in base.items()}  # ~+0.05 each: resolved
+    pq = {"b": {"x": base, "y": noisy}, "d": {"x": base, "y": steady}}
+    sc = {c: {"x": sum(pq[c]["x"].values()) / 40, "y": sum(pq[c]["y"].values()) / 40} for c in pq}
+    d = mod.decide(sc, tie=0.005, per_query=pq)
+    assert d["x"]["wins_or_ties"] == ["b"] and d["x"]["within_tie"] == [] and not d["x"]["supported_within_tie"]
+    t = d["x"]["tests"]["b"]
+    assert t["unresolved"] and t["from_best"] == pytest.approx(-0.05) and t["half_width"] > 0.05
+    assert d["x"]["tests"]["d"]["unresolved"] is False and d["x"]["tests"]["d"]["half_width"] < 0.01
+    assert d["y"]["wins_or_ties"] == ["b", "d"] and d["y"]["tests"]["b"]["half_width"] is None  # the winner
+    # no per-query scores for a corpus: the fixed margin alone decides there
+    assert mod.decide(sc, tie=0.005, per_query={"d": pq["d"]})["x"]["wins_or_ties"] == []
+    runs = [{"q1": 0.5, "q2": 1.0}, {"q1": 0.7, "q3": 0.0}]
+    assert mod.seed_mean(runs) == {"q1": pytest.approx(0.6)}  # the queries every seed scored
+    assert mod.trained_per_query({"kept_starting_model": True, "test_per_query": {"after": {"q": 0.1},
+                                                                                  "best_checkpoint": {"q": 0.2}}}) == {"q": 0.2}
+    assert mod.trained_per_query({"kept_starting_model": False, "test_per_query": {"after": {"q": 0.1}}}) == {"q": 0.1}
+    assert mod.trained_per_query({"kept_starting_model": False}) is None  # a run written before they were kept
     shipped = {"kept_starting_model": False, "after": {"ndcg@10": 0.6}, "best_checkpoint": None}
     kept = {"kept_starting_model": True, "after": {"ndcg@10": 0.5}, "best_checkpoint": {"ndcg@10": 0.55}}
     assert mod.trained_score(shipped) == 0.6 and mod.trained_score(kept) == 0.55

@@ -665,7 +665,8 @@ class Evaluation:
     """Before / after on the test split (None without its qrels), each ``{"aggregate", "per_query",
     "n_queries"}``; the paired t-test on nDCG@10; the last checkpoint's scores when not selected, and
     the best trained checkpoint's when the starting model is the output (``best``: what the verdict
-    compared the start with)."""
+    compared the start with); ``per_query``: each of these models' test nDCG@10 by query id (None for
+    a model not evaluated), for a paired comparison of runs made apart (``benchmarks/defaults.py``)."""
 
     labelled: bool
     before: dict | None = None
@@ -674,6 +675,7 @@ class Evaluation:
     t_statistic: float | None = None
     p_value: float | None = None
     best: dict | None = None
+    per_query: dict | None = None  # test nDCG@10 per query: {"metric", "before", "after", "last_checkpoint", "best_checkpoint"}
 
 
 def evaluate(run: AdaptRun, chosen: Selection) -> Evaluation:
@@ -698,23 +700,29 @@ def evaluate(run: AdaptRun, chosen: Selection) -> Evaluation:
         model = loaded(chosen.folder)
         after = _evaluate_cached(run.cache, model, test, _encoded(run, model, test))
     t_stat, p_value = _ttest(after, before)
+    last_eval = best_eval = None
     say(f"evaluate: test nDCG@10 {before['aggregate']['ndcg@10']:.4f} -> {after['aggregate']['ndcg@10']:.4f} "
         f"(p = {p_value:.3g}, {after['n_queries']} queries)")
     last = None
     if chosen.last_step != chosen.step and (chosen.last_dir / "config.json").is_file():
         model = loaded(chosen.last_dir)
-        res = _evaluate_cached(run.cache, model, test, _encoded(run, model, test))["aggregate"]
+        last_eval = _evaluate_cached(run.cache, model, test, _encoded(run, model, test))
+        res = last_eval["aggregate"]
         last = {"step": chosen.last_step, **res}
         say(f"evaluate: the last checkpoint (step {chosen.last_step}, not selected) would score test nDCG@10 "
             f"{res['ndcg@10']:.4f}")
     best = None
     if chosen.kept_start and chosen.best_dir is not None:  # after the choice: what the start was kept over
         model = loaded(chosen.best_dir)
-        res = _evaluate_cached(run.cache, model, test, _encoded(run, model, test))["aggregate"]
+        best_eval = _evaluate_cached(run.cache, model, test, _encoded(run, model, test))
+        res = best_eval["aggregate"]
         best = {"step": chosen.best_step, **res}
         say(f"evaluate: the best trained checkpoint (step {chosen.best_step}, not output) would score test nDCG@10 "
             f"{res['ndcg@10']:.4f}")
-    return Evaluation(True, before, after, last, t_stat, p_value, best)
+    per_query = {"metric": "ndcg@10", **{name: e["per_query"]["ndcg@10"] if e else None for name, e in
+                                         (("before", before), ("after", after), ("last_checkpoint", last_eval),
+                                          ("best_checkpoint", best_eval))}}
+    return Evaluation(True, before, after, last, t_stat, p_value, best, per_query)
 
 
 def _encoded(run: AdaptRun, model, data):
@@ -810,6 +818,8 @@ def _metrics(run: AdaptRun, labels: Labels, trained: Trained, chosen: Selection,
         "last_checkpoint": ev.last,
         # the test score of the best trained checkpoint when the starting model is the output (unverified, or lost)
         "best_checkpoint": ev.best,
+        # test nDCG@10 of each model above by query id: paired tests between runs (e.g. two values of a flag)
+        "test_per_query": ev.per_query,
         # the methods' own entries (Method.budget_fields): this run's method's values, None for the others
         "budget": {"steps": cfg.max_steps, "eval_steps": cfg.eval_steps, "batch_size": cfg.batch_size,
                    "learning_rate": cfg.learning_rate, "max_length": run.max_length,
