@@ -64,11 +64,12 @@ def machine() -> str:
 
 
 def save_rows(name: str, rows: list[dict], merge_key=("table", "dataset", "system")) -> Path:
-    """Write (or update, row by row) ``results/<name>.json``."""
+    """Write (or update, row by row) ``results/<name>.json``: a new row replaces the old one with the
+    same ``merge_key`` (field names, or a function of a row)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
     old = json.loads(path.read_text()) if path.is_file() else []
-    key = lambda r: tuple(r.get(k) for k in merge_key)  # noqa: E731
+    key = merge_key if callable(merge_key) else lambda r: tuple(r.get(k) for k in merge_key)  # noqa: E731
     new_keys = {key(r) for r in rows}
     stamp = time.strftime("%Y-%m-%d")
     merged = [r for r in old if key(r) not in new_keys] + [{**r, "date": r.get("date", stamp)} for r in rows]

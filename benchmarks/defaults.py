@@ -21,7 +21,7 @@ nDCG@10 averaged over the seeds) smaller than the half-width of its 95% confiden
 (``hf_dr.adaptation.verdict.resolution``, the paired t interval the verdict states). A value is
 *supported* when it wins or ties on at least three corpora; the rows also give the count under the
 fixed margin alone (``within 0.005``), the rule of the rows made before per-query scores were kept
-(2026-11-30). Per-query scores are ``metrics.json``'s ``test_per_query``: a run written without them
+(2026-11-29). Per-query scores are ``metrics.json``'s ``test_per_query``: a run written without them
 is made again (its stages found cached). Rows: ``benchmarks/results/defaults.json`` (docs/adapt.md,
 "Defaults across corpora").
 """
@@ -192,8 +192,14 @@ def main(argv=None) -> int:
                              "budget": tag, "method": f"{student}:{method}", "flag": flag, "value": value,
                              "on": v["wins_or_ties"]})
                 log(f"{student}:{method} --{flag} {value}: wins or ties on {v['wins_or_ties']} of {v['corpora']}")
-    save_rows("defaults", rows)
+    save_rows("defaults", rows, merge_key=row_key)
     return 0
+
+
+def row_key(r: dict) -> tuple:
+    """A row's identity: its table, corpus and run (a summary row's system less what it found, so that a
+    run made again replaces its row whatever it now finds)."""
+    return r["table"], r.get("dataset"), r["system"].split(": wins or ties on ")[0]
 
 
 if __name__ == "__main__":
