@@ -172,11 +172,11 @@ def main(argv=None) -> int:
                                          "zero-shot": round(zero[corpus], 4),
                                          "difference": round(per[value] - zero[corpus], 4),
                                          "best on corpus (1/0)": int(per[value] == max(per.values())),
-                                         # the corpus's best minus this value, paired over the test queries, and
-                                         # the half-width of its 95% interval (None: this is the best, or no
+                                         # this value minus the corpus's best, and the half-width of the paired 95%
+                                         # interval over the test queries (absent: this is the best, or no
                                          # per-query scores)
                                          "from best": round(t["from_best"], 4),
-                                         "± (95%)": None if t["half_width"] is None else round(t["half_width"], 4),
+                                         **({} if t["half_width"] is None else {"± (95%)": round(t["half_width"], 4)}),
                                          "ties (1/0)": int(t["ties"])},
                              "budget": tag, "method": f"{student}:{method}", "flag": flag, "value": value})
             v = verdicts.get(value)

@@ -66,8 +66,6 @@ def load_rows() -> list[dict]:
 
 
 def _fmt(v, key: str = "") -> str:
-    if v is None:  # a value that does not apply to this row
-        return "–"
     if isinstance(v, float) and (key.endswith("_per_s") or key.endswith("minutes") or key.endswith("_seconds")):
         return f"{v:.1f}"
     if isinstance(v, float) and key == "ratio":
