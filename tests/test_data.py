@@ -136,3 +136,17 @@ def test_whitespace_separated_test_qrels_keep_test_queries_out_of_training(tmp_p
     assert not has_qrels
     assert set(queries) == {"own-1", "own-2"}
     assert not set(queries) & test_ids
+
+
+def test_an_id_with_any_unicode_whitespace_or_control_character_is_refused(tmp_path):
+    """Ids go into TSV qrels and TREC run files, whose fields whitespace separates: every Unicode
+    whitespace (NBSP, the line separator, the ideographic space...) and control character is refused,
+    naming the file and line; printable non-ASCII ids are kept as they are."""
+    from hf_dr.data.beir import BeirFormatError, _check_id
+
+    for c in (" ", "\t", "\n", "\x0b", "\x1f", "\x85", "\xa0", "\u1680", "\u2003", "\u2028", "\u2029",
+              "\u202f", "\u3000", "\x00", "\x7f", "\u200b"):
+        with pytest.raises(BeirFormatError, match=r"qrels\.tsv:7: query-id .* whitespace or control"):
+            _check_id(f"q{c}1", tmp_path / "qrels.tsv", 7, "query-id")
+    for ok in ("d1", "doc-é", "文档42", "a/b:c#1", 12):
+        assert _check_id(ok, tmp_path / "corpus.jsonl", 1) == str(ok)
