@@ -124,9 +124,9 @@ def adapt_run(data: Path, out: Path, work_dir: Path, student: str, method: str, 
     cmd += list(extra)
     shown = "hf-dr " + " ".join(os.path.relpath(x, REPO) if x.startswith("/") else x for x in cmd)
     done = out / "metrics.json"
-    if done.is_file() and not set(needs) <= set(json.loads(done.read_text())):
-        log(f"{out.name}: metrics.json has no {', '.join(sorted(set(needs) - set(json.loads(done.read_text()))))}: "
-            "made again")
+    missing = sorted(set(needs) - set(json.loads(done.read_text()))) if done.is_file() else []
+    if missing:
+        log(f"{out.name}: metrics.json has no {', '.join(missing)}: made again")
         done.unlink()
     if not done.is_file():
         log(f"$ {shown}")
