@@ -58,8 +58,8 @@ def require_installed() -> None:
 
 def cpu_model() -> str | None:
     """The processor's model name (``/proc/cpuinfo``'s first ``model name``; ``platform.processor()``
-    elsewhere), or None: speed ratios between peers differ between processors (bm25s' retrieve against
-    hf-dr's BM25 search was 0.87x on one 2-core machine and 1.42x on an AMD EPYC), so a row names it."""
+    elsewhere), or None: speed ratios between peers move with the processor (docs/results.md, "Speed"),
+    so a row names it."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
