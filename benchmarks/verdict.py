@@ -47,6 +47,9 @@ MODELS = {"minilm": SHARED / "models" / "all-MiniLM-L6-v2", "splade-tiny": SHARE
 CORPORA = ("scifact", "arguana", "msmarco-trecdl2019")
 METHODS = ("minilm:pseudo-margin-mse", "splade-tiny:cai")
 LABELLED, PSEUDO_ONLY, KEPT = "better on labelled queries", "better on pseudo-labels only", "kept the starting model"
+#: the interval rule, in the rows' budget: since 2026-12-01 the verdict's spread pools the held-out half with the half
+#: that chose (hf_dr.adaptation.verdict.resolution); rows without the suffix were judged with the held-out half's alone
+RULE = "-spread-both-halves"
 
 
 def log(msg: str) -> None:
@@ -142,7 +145,7 @@ def judge(m: dict) -> dict:
     many queries as the test split has (``hf_dr.adaptation.verdict.prediction_half_width``: the
     difference on other queries carries their sampling too); ``covered_ci`` asks the same of the
     confidence interval alone, which is about the population's mean, not about another sample."""
-    from hf_dr.adaptation.verdict import prediction_half_width
+    from hf_dr.adaptation.verdict import prediction_half_width, resolution
 
     before = m["before"]["ndcg@10"]
     out_diff = m["after"]["ndcg@10"] - before
@@ -155,12 +158,21 @@ def judge(m: dict) -> dict:
                     "queries": iv.get("queries"), "test_queries": m.get("test_queries"),
                     "prediction": prediction_half_width({"resolution": iv["half_width"], "queries": iv.get("queries")},
                                                         m.get("test_queries"))}
-    covered = covered_ci = None
+    covered = covered_ci = covered_alone = None
     if interval and interval["prediction"] is not None and compared is not None:
         covered = abs(compared - interval["difference"]) <= interval["prediction"]
         covered_ci = abs(compared - interval["difference"]) <= interval["half"]
+        # the same prediction interval with the spread of the held-out half alone (the rule before
+        # 2026-12-01), from the per-query differences a run records: both rules judged on the same runs
+        diffs = (iv.get("per_query_differences") or {}).get("verdict")
+        if diffs and iv.get("spread_queries", 0) > len(diffs):
+            interval["spread_queries"] = iv["spread_queries"]
+            alone = prediction_half_width(resolution(diffs, dict.fromkeys(diffs, 0.0)), m.get("test_queries"))
+            interval["prediction_held_out_spread"] = alone
+            covered_alone = alone is not None and abs(compared - interval["difference"]) <= alone
     return {"verdict": m["verdict"], "word": m.get("verdict_word"), "output_test_difference": out_diff,
             "compared_test_difference": compared, "interval": interval, "covered": covered, "covered_ci": covered_ci,
+            "covered_held_out_spread": covered_alone,
             "shipped_trained": not m["kept_starting_model"], "unverified": m.get("unverified") is not None,
             "judged": m.get("judged_dev") is not None}
 
@@ -178,6 +190,10 @@ def summary(rows: list[dict], judged: bool | None) -> dict:
     out["intervals"] = len(with_interval)
     out["test difference inside"] = sum(r["covered"] for r in with_interval)  # the prediction interval
     out["inside the confidence interval"] = sum(bool(r.get("covered_ci")) for r in with_interval)
+    both = [r for r in with_interval if r.get("covered_held_out_spread") is not None]
+    if both:  # runs whose interval pooled both halves' spread: the held-out half's spread alone, on the same runs
+        out["intervals, spread of both halves"] = len(both)
+        out["inside, spread of the held-out half alone"] = sum(r["covered_held_out_spread"] for r in both)
     out["shipped below zero-shot"] = sum(r["output_test_difference"] < 0 for r in rs)
     out["kept start, unverified"] = sum(r["unverified"] for r in rs)
     out["unverified worse on test"] = sum(r["unverified"] and (r["compared_test_difference"] or 0) < 0 for r in rs)
@@ -213,7 +229,7 @@ def main(argv=None) -> int:
     budget = "-".join(f"{k}{getattr(a, k)}" for k in BUDGET_FLAGS if getattr(a, k) is not None) or "defaults"
     # what the rows and the summary are grouped by: the budget and the data (dev fraction, reduced corpus)
     tag = (f"{budget}-dev{round(100 * a.dev_fraction)}" + (f"-docs{a.max_docs}" if a.max_docs else "")
-           + ("-resplit" if a.split == "per-seed" else ""))
+           + ("-resplit" if a.split == "per-seed" else "") + RULE)
     for corpus in a.corpora.split(","):
         for spec in a.methods.split(","):
             student, method = spec.split(":")
@@ -293,6 +309,9 @@ def _row(corpus, spec, seed, variant, folders, m, row, command, budget) -> dict:
         metrics["test Δ (compared)"] = round(row["compared_test_difference"], 4)
     if row["covered"] is not None:
         metrics["inside (1/0)"] = int(row["covered"])
+    if row.get("covered_held_out_spread") is not None:
+        metrics["prediction ±, held-out spread"] = round(iv["prediction_held_out_spread"], 4)
+        metrics["inside, held-out spread (1/0)"] = int(row["covered_held_out_spread"])
     return {"table": "verdict", "dataset": corpus,
             "system": f"{spec}, seed {seed}, {variant} judged dev queries ({budget}; {folders['dev']} dev / "
                       f"{folders['test']} test queries): {row['verdict']} ({row['word']}){stated}",

@@ -251,22 +251,53 @@ def paired_ttest(a: EvalResult, b: EvalResult, metric: str = "ndcg@10") -> tuple
     return paired_t(a.per_query[metric], b.per_query[metric])
 
 
-def paired_t(a: Mapping[str, float], b: Mapping[str, float]) -> tuple[float, float]:
+def paired_t(a: Mapping[str, float], b: Mapping[str, float],
+             spread_from: tuple[Mapping[str, float], Mapping[str, float]] | None = None) -> tuple[float, float]:
     """Two-sided paired t-test of per-query scores ``a`` vs ``b`` (``{query: score}``) over the
     queries both hold: ``(t, p)``; ``(0, 1)`` when they agree. The one paired test of hf-dr
-    (:func:`paired_ttest`, the adapt verdict's judged dev queries)."""
-    from scipy.stats import ttest_rel
+    (:func:`paired_ttest`, the adapt verdict's judged dev queries).
+
+    ``spread_from``: another pair of per-query scores of the same two models, on other queries
+    (those both hold, less ``a``'s): their differences, each set about its own mean, join the
+    estimate of the per-query spread (pooled variance, ``n1 + n2 - 2`` degrees of freedom); the
+    mean is ``a``'s alone. The verdict of ``hf-dr adapt`` tests its held-out half so, with the
+    spread of the half that chose (:func:`hf_dr.adaptation.verdict.resolution`)."""
+    from scipy.stats import t as student_t
 
     qs = sorted(set(a) & set(b))
     if len(qs) < 2:
         raise ValueError("a paired t-test needs at least two shared queries")
-    x = np.array([a[q] for q in qs])
-    y = np.array([b[q] for q in qs])
-    if np.allclose(x, y):
+    x = np.array([a[q] for q in qs], dtype=np.float64)
+    y = np.array([b[q] for q in qs], dtype=np.float64)
+    d = x - y
+    other = other_differences(spread_from, set(qs))
+    if np.allclose(x, y) and np.allclose(other, 0.0):
         return 0.0, 1.0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t, p = ttest_rel(x, y)
-    return float(t), float(p) if not math.isnan(p) else 1.0
+    ss, df = pooled_squares(d, other)
+    sd = math.sqrt(ss / df)
+    if sd == 0.0:
+        return math.copysign(math.inf, d.mean()), 0.0
+    stat = float(d.mean() / (sd / math.sqrt(len(d))))
+    return stat, float(2.0 * student_t.sf(abs(stat), df))
+
+
+def other_differences(spread_from, exclude: set) -> np.ndarray:
+    """The per-query differences of ``spread_from`` (a pair of ``{query: score}``) over the queries
+    both hold and ``exclude`` does not (empty when None)."""
+    if spread_from is None:
+        return np.zeros(0)
+    a2, b2 = spread_from
+    qs = sorted((set(a2) & set(b2)) - exclude)
+    return np.array([a2[q] - b2[q] for q in qs], dtype=np.float64)
+
+
+def pooled_squares(d: np.ndarray, other: np.ndarray) -> tuple[float, int]:
+    """``(sum of squares, degrees of freedom)`` of the per-query differences ``d`` about their mean,
+    plus those of ``other`` about theirs when it holds two or more (a sample of one adds nothing)."""
+    ss, df = float(((d - d.mean()) ** 2).sum()), len(d) - 1
+    if len(other) >= 2:
+        ss, df = ss + float(((other - other.mean()) ** 2).sum()), df + len(other) - 1
+    return ss, df
 
 
 def format_table(rows: Mapping[str, Mapping[str, float]], metrics: Sequence[str] = DEFAULT_METRICS) -> str:

@@ -568,7 +568,8 @@ def _pseudo_report(trained: Trained, labels: Labels, kept_start: bool, step: int
            "steps": {"0": start_pseudo, **{str(k): v for k, v in pseudo_steps.items()}}}
     if gain is not None:
         out.update({k: gain[k] for k in ("difference", "resolution", "p_value", "queries", "compared_step")})
-        out.update({k: gain.get(k) for k in ("sd", "accounts_for", "select_count")})
+        out.update({k: gain.get(k) for k in ("sd", "df", "spread_queries", "method", "accounts_for", "select_count",
+                                             "per_query_differences")})
         out.update({"held_out_start": gain.get("start"), "held_out_selected": gain.get("selected")})
     return out
 
@@ -590,17 +591,27 @@ def _pseudo_gain(run: AdaptRun, labels: Labels, trained: Trained, best_step: int
     after, before = ({q: pq[q] for q in held_out if q in pq} for pq in (chosen, start_pq))
     candidates = 1 + len(trained.record["dev"])
     select = labels.dev.pseudo_halves[0]
+    chose = tuple({q: pq[q] for q in select if q in pq} for pq in (chosen, start_pq))
 
     def mean(x):
         return float(sum(x.values()) / len(x)) if x else None
 
-    return {**resolution(after, before), "compared_step": best_step, "start": mean(before), "selected": mean(after),
-            "select_count": len(select),
-            "accounts_for": (f"the sampling of the {len(held_out)} held-out pseudo-dev queries (paired t, 95%): the "
-                             f"checkpoint was chosen among {candidates} candidates on the {len(select)} other "
-                             "pseudo-dev queries, so the choice does not bias it; not the teacher's errors, so a "
-                             "checkpoint is output only on a gain of at least the 95% prediction interval (as many "
-                             "new queries)")}
+    return {**resolution(after, before, spread_from=chose), "compared_step": best_step, "start": mean(before),
+            "selected": mean(after), "select_count": len(select), "per_query_differences": _differences(
+                (after, before), chose),
+            "accounts_for": (f"the sampling of the {len(held_out)} held-out pseudo-dev queries (paired t, 95%; the "
+                             f"per-query spread estimated on them and the {len(select)} that chose, each about its "
+                             f"own mean): the checkpoint was chosen among {candidates} candidates on those "
+                             f"{len(select)} other pseudo-dev queries, whose mean difference is not used, so the choice "
+                             "does not bias it; not the teacher's errors, so a checkpoint is output only on a gain of "
+                             "at least the 95% prediction interval (as many new queries)")}
+
+
+def _differences(held_out: tuple[dict, dict], chose: tuple[dict, dict]) -> dict:
+    """metrics.json's per-query differences (compared model minus start) of the ``verdict`` half and
+    the ``select`` half: any interval rule can be recomputed from them without a run."""
+    return {part: {q: a[q] - b[q] for q in sorted(set(a) & set(b))}
+            for part, (a, b) in (("verdict", held_out), ("select", chose))}
 
 
 def _judged_verdict(run: AdaptRun, labels: Labels, trained: Trained, best_dir: Path, best_step: int) -> dict:
@@ -612,20 +623,26 @@ def _judged_verdict(run: AdaptRun, labels: Labels, trained: Trained, best_dir: P
 
     jd = labels.dev.judged
     start = jd.scores(VERDICT, run.student, trained.start_fp, _label_doc_vectors(run, trained.start_fp, jd.data))
-    chosen, pseudo = start, None
+    start_chose = trained.start_scores.get("judged_per_query") or {}
+    chosen, chosen_chose, pseudo = start, start_chose, None
     if (best_dir / "config.json").is_file() and trained.record["dev"]:
         model = _load_output(run, best_dir)
         scores = labels.dev.scores("dev_selected", model)
         chosen = jd.scores(VERDICT, model)
+        chosen_chose = scores.get("judged_per_query") or {}
         pseudo = scores.get("pseudo_ndcg@10")
     candidates = 1 + len(trained.record["dev"])
-    return {**jd.describe(), **resolution(chosen["per_query"], start["per_query"]), "start": start["ndcg@10"],
-            "selected": chosen["ndcg@10"], "compared_step": best_step if trained.record["dev"] else 0,
-            "select_count": len(jd.select), "selected_pseudo": pseudo,
-            "accounts_for": (f"the sampling of the {len(jd.verdict)} held-out judged queries (paired t, 95%): the "
-                             f"checkpoint was chosen among {candidates} candidates on the {len(jd.select)} other "
-                             "judged queries, so the choice does not bias it; not the training seed, nor queries "
-                             "unlike the judged ones")}
+    chose = (chosen_chose, start_chose)
+    return {**jd.describe(), **resolution(chosen["per_query"], start["per_query"], spread_from=chose),
+            "start": start["ndcg@10"], "selected": chosen["ndcg@10"],
+            "compared_step": best_step if trained.record["dev"] else 0, "select_count": len(jd.select),
+            "selected_pseudo": pseudo,
+            "per_query_differences": _differences((chosen["per_query"], start["per_query"]), chose),
+            "accounts_for": (f"the sampling of the {len(jd.verdict)} held-out judged queries (paired t, 95%; the "
+                             f"per-query spread estimated on them and the {len(jd.select)} that chose, each about its "
+                             f"own mean): the checkpoint was chosen among {candidates} candidates on those "
+                             f"{len(jd.select)} other judged queries, whose mean difference is not used, so the choice "
+                             "does not bias it; not the training seed, nor queries unlike the judged ones")}
 
 
 def _fell(run: AdaptRun, labels: Labels, trained: Trained, best_step: int) -> dict | None:
@@ -844,7 +861,11 @@ def _verdict_interval(chosen: Selection) -> dict | None:
                   ("pseudo-dev queries", chosen.fell)):
         if c and c.get("difference") is not None:
             return {"on": on, "queries": c.get("queries"), "difference": c["difference"], "half_width": c.get("resolution"),
-                    "sd": c.get("sd"),
+                    "sd": c.get("sd"), "df": c.get("df"), "spread_queries": c.get("spread_queries"),
+                    "method": c.get("method"),
+                    # the compared model's per-query differences from the start on the held-out ("verdict")
+                    # half and on the half that chose ("select"): any interval can be recomputed from them
+                    "per_query_differences": c.get("per_query_differences"),
                     # where the difference on as many other queries like these should fall (95%; the sampling
                     # of both sets): verdict.prediction_half_width(this, m) gives it for m other queries
                     "prediction_half_width": prediction_half_width(c),
@@ -861,7 +882,8 @@ def _judged_report(labels: Labels, chosen: Selection, record: dict) -> dict | No
     if chosen.judged is None:
         return None
     jd = labels.dev.judged
-    return {**{k: v for k, v in chosen.judged.items() if k not in ("selected_pseudo", "select_count")},
+    return {**{k: v for k, v in chosen.judged.items()
+               if k not in ("selected_pseudo", "select_count", "per_query_differences")},  # those: verdict_interval's
             "judged_queries": jd.queries,
             # selection's nDCG@10 of every step: the selection half's
             "steps": {"0": chosen.dev_scores["0"], **{str(k): v for k, v in (record.get("dev_judged") or {}).items()}}}
