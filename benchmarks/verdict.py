@@ -22,7 +22,9 @@ held-out judged queries' 95% interval, or the pseudo-dev one), and the test diff
 compared model (the output, or the best trained checkpoint when the start was kept) against the
 starting model. Summaries: how many "better on labelled queries" claims hold on the test queries
 (test difference > 0), how often the test difference falls inside the stated interval (the 95%
-prediction interval for as many queries as the test split: ``judge``), how many
+prediction interval for as many queries as the test split: ``judge``; for a run that records its
+per-query differences, also with the spread of the held-out half alone, the rule before 2026-12-01,
+so both rules are judged on the same runs), how many
 test losses were let through as "better", the same for "better on pseudo-labels only", and how
 many runs without judged queries ship something below zero-shot. Results to
 ``benchmarks/results/verdict.json`` (tables ``verdict`` and ``verdict_summary`` of docs/adapt.md).

@@ -45,7 +45,9 @@ def corpus_fingerprint(pairs: Iterable[tuple[str, str]]) -> str:
 
 
 #: configuration entries that say where a model was read from or how it was saved, not how it encodes
-_NOT_IDENTITY = ("_name_or_path", "transformers_version", "architectures")
+#: (``use_cache``: a generation setting the Trainer switches off while training, no encoder reads it; with
+#: it, a checkpoint scored during training and its saved copy had two fingerprints)
+_NOT_IDENTITY = ("_name_or_path", "transformers_version", "architectures", "use_cache")
 
 
 def _config_identity(d):

@@ -459,6 +459,17 @@ def test_cai_without_mlm_trains_without_idf_and_outputs_with_it(first_run, split
         return real(self, model, inputs)
 
     monkeypatch.setattr(SpladeObjective, "__call__", spy)
+    from hf_dr.adaptation.methods.base import DevSet
+
+    scored, real_evaluate = [], DevSet.evaluate
+
+    def spy_dev(self, model, *a, **k):  # every dev evaluation: the model's class, IDF switch and fingerprint
+        from hf_dr.fingerprints import model_fingerprint
+
+        scored.append((type(model).__name__, bool(model.config.use_idf), model_fingerprint(model)))
+        return real_evaluate(self, model, *a, **k)
+
+    monkeypatch.setattr(DevSet, "evaluate", spy_dev)
     _, work, _ = first_run
     out = tmp_path / "out"
     args = ["--data", split_data, "--model", tiny_bert_dir, "--method", "cai", "--labels", work / "labels",
@@ -469,12 +480,23 @@ def test_cai_without_mlm_trains_without_idf_and_outputs_with_it(first_run, split
     assert "cai: IDF on the target corpus" in text and "continual MLM" not in text
     # the paper's FLOPS weights (0.0006 / 0.0008 at batch 32), scaled to this run's batch of 4
     assert seen and all(s == (False, False, pytest.approx(0.0006 / 8), pytest.approx(0.0008 / 8)) for s in seen)
+    # the dev set scores each checkpoint as it ships (IDF on), the training model staying as it trains:
+    # selection chooses among the models it would output, and the saved choice scores what selection saw
+    # (the objective saw IDF off at step 2, after step 1's evaluation: the view did not leak into training)
+    (_, start_idf, _), *trained = [(name, idf, fp) for name, idf, fp in scored]
+    assert not start_idf  # step 0: the student as it is (and as it ships when kept)
+    trained = [(idf, fp) for name, idf, fp in trained if name == "SPLADECAI"]
+    assert len(trained) >= 2 and all(idf for idf, _ in trained)  # steps 1 and 2, IDF on
 
     # the trained weights chosen on the dev set, as the method outputs them (OUT/model when they beat step 0)
     selected, = (tmp_path / ".out.work").glob("train-cai-*/selected")
     model = SPLADECAI.from_pretrained(selected)
     assert model.config.use_idf and not torch.allclose(model.idf, torch.ones_like(model.idf))
     m = json.loads((out / "metrics.json").read_text())
+    from hf_dr.fingerprints import model_fingerprint
+
+    best_step = max(m["dev"].items(), key=lambda kv: (kv[1], -int(kv[0])) if kv[0] != "0" else (float("-inf"), 0))[0]
+    assert model_fingerprint(model) == trained[[int(s) for s in m["dev"] if s != "0"].index(int(best_step))][1]
     assert m["cai"]["mlm_steps"] == 0 and m["cai"]["idf"]
     assert SPLADECAI.from_pretrained(out / "model").config.use_idf == (not m["kept_starting_model"])
     # the work folder moved: its cached stages are read from their new place

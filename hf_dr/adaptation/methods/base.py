@@ -118,10 +118,12 @@ class DevSet:
                 "split": f"seeded (salt {SPLIT_SALT}): {len(select)} pseudo-dev queries choose the checkpoint, "
                          f"{len(verdict)} held out state the verdict"}
 
-    def trainer_evaluator(self):
-        """The Trainer's evaluator: ``{"ndcg@10", "pseudo_ndcg@10"[, "judged_ndcg@10"]}``."""
+    def trainer_evaluator(self, view=None):
+        """The Trainer's evaluator: ``{"ndcg@10", "pseudo_ndcg@10"[, "judged_ndcg@10"]}`` of the
+        training model, or of ``view(model)`` (:meth:`Method.output_view`: the model as it ships)."""
         def evaluator(model) -> dict[str, float]:
-            return {k: v for k, v in self.evaluate(model).items() if k.endswith("ndcg@10")}
+            scored = model if view is None else view(model)
+            return {k: v for k, v in self.evaluate(scored).items() if k.endswith("ndcg@10")}
 
         return evaluator
 
@@ -216,6 +218,14 @@ class Method:
         """A trained model as the method outputs it."""
         return model
 
+    def output_view(self, cfg: AdaptConfig, model):
+        """``model`` as :meth:`as_output` makes it, sharing its weights and leaving ``model`` as it
+        trains: what the dev set scores at each evaluation during training, so the checkpoints are
+        compared as they would ship and the one chosen scores, saved, what selection saw. The model
+        itself where :meth:`as_output` changes nothing (the default); a method whose output differs
+        from its training model (``cai``: IDF on the documents) overrides both."""
+        return model
+
     def save(self, cfg: AdaptConfig, model, folder: Path) -> Path:
         """A trained model, as the method outputs it, saved whole to ``folder`` with ``--query-prompt`` /
         ``--document-prompt`` set (the saved model carries the prompts it is evaluated with)."""
@@ -287,7 +297,7 @@ class TripletMethod(Method):
             max_steps=cfg.max_steps, eval_steps=cfg.eval_steps, seed=cfg.seed,
             logging_steps=max(1, min(50, cfg.max_steps // 10)), save_total_limit=None,
             resume_from_checkpoint="last" if last else None, disable_tqdm=not cfg.show_progress_bar,
-            dtype=cfg.dtype, evaluator=inputs.dev.trainer_evaluator())
+            dtype=cfg.dtype, evaluator=inputs.dev.trainer_evaluator(lambda m: self.output_view(cfg, m)))
         model = trainer.model
         model.eval()
         logs = trainer.state.log_history
