@@ -32,10 +32,10 @@ HEADLINE = [
      "pseudo-dev picked step 300, step 0 no candidate)"),
     ("splade-tiny, zero-shot", "splade_cai", "splade-tiny: SPLADE"),
     ("splade-tiny + target IDF (SPLADE-CAI, Eq. 6-7)", "splade_cai", "splade-tiny: SPLADE + IDF"),
-    ("splade-tiny + `hf-dr adapt --method cai`, no flags (SPLADE training on pseudo-labels + IDF, 300 CPU steps, "
-     "no labels)", "adapt",
+    ("splade-tiny + `hf-dr adapt --method cai`, no flags (300 CPU steps, no labels; the output is the start: "
+     "its trained checkpoint stays in `unverified/`)", "adapt",
      "splade-tiny + hf-dr adapt --method cai, no flags (300 steps x batch 8, lr 0.0001, max length 256, 0 MLM "
-     "steps; pseudo-dev picked step 300)"),
+     "steps; pseudo-dev picked step 0)"),
     ("splade-tiny + BM25 (raw-score sum, Eq. 8-9)", "splade_cai", "splade-tiny: BM25 + SPLADE (raw sum)"),
     ("MiniLM + contrastive on TREC-DL (cosine, scale 20; 60 steps)", "berm", "MiniLM + contrastive (baseline)"),
     ("MiniLM + contrastive + BERM (same; BERM's gain does not survive)", "berm", "MiniLM + contrastive + BERM"),
