@@ -14,7 +14,8 @@ import numpy as np
 
 from .retrieval.run import Run, top_k_run
 
-__all__ = ["EvalResult", "evaluate", "evaluate_run", "paired_ttest", "paired_t", "DEFAULT_METRICS", "parse_metric",
+__all__ = ["EvalResult", "evaluate", "evaluate_run", "paired_ttest", "paired_t", "paired_spread", "DEFAULT_METRICS",
+           "parse_metric",
            "format_table", "RerankEvaluator", "remove_self_matches", "apply_self_match_rule", "aggregate_passages",
            "passage_aggregation", "AGGREGATIONS", "n_documents"]
 
@@ -255,13 +256,23 @@ def paired_t(a: Mapping[str, float], b: Mapping[str, float],
              spread_from: tuple[Mapping[str, float], Mapping[str, float]] | None = None) -> tuple[float, float]:
     """Two-sided paired t-test of per-query scores ``a`` vs ``b`` (``{query: score}``) over the
     queries both hold: ``(t, p)``; ``(0, 1)`` when they agree. The one paired test of hf-dr
-    (:func:`paired_ttest`, the adapt verdict's judged dev queries).
+    (:func:`paired_ttest`, the adapt verdict's judged dev queries); ``spread_from`` as
+    :func:`paired_spread`'s."""
+    s = paired_spread(a, b, spread_from)
+    return s["t"], s["p"]
+
+
+def paired_spread(a: Mapping[str, float], b: Mapping[str, float],
+                  spread_from: tuple[Mapping[str, float], Mapping[str, float]] | None = None) -> dict:
+    """The paired t of ``a`` vs ``b`` over the queries both hold (at least two): ``queries``,
+    ``difference`` (mean), ``sd`` and ``df`` of the per-query differences, ``t`` and ``p`` (two-sided;
+    ``(0, 1)`` when they agree).
 
     ``spread_from``: another pair of per-query scores of the same two models, on other queries
     (those both hold, less ``a``'s): their differences, each set about its own mean, join the
-    estimate of the per-query spread (pooled variance, ``n1 + n2 - 2`` degrees of freedom); the
-    mean is ``a``'s alone. The verdict of ``hf-dr adapt`` tests its held-out half so, with the
-    spread of the half that chose (:func:`hf_dr.adaptation.verdict.resolution`)."""
+    estimate of the per-query spread (pooled variance, ``n1 + n2 - 2`` degrees of freedom; a set of
+    one adds nothing); the mean is ``a``'s alone. The verdict of ``hf-dr adapt`` tests its held-out
+    half so, with the spread of the half that chose (:func:`hf_dr.adaptation.verdict.resolution`)."""
     from scipy.stats import t as student_t
 
     qs = sorted(set(a) & set(b))
@@ -270,18 +281,22 @@ def paired_t(a: Mapping[str, float], b: Mapping[str, float],
     x = np.array([a[q] for q in qs], dtype=np.float64)
     y = np.array([b[q] for q in qs], dtype=np.float64)
     d = x - y
-    other = other_differences(spread_from, set(qs))
-    if np.allclose(x, y) and np.allclose(other, 0.0):
-        return 0.0, 1.0
-    ss, df = pooled_squares(d, other)
+    other = _other_differences(spread_from, set(qs))
+    ss, df = float(((d - d.mean()) ** 2).sum()), len(d) - 1
+    if len(other) >= 2:
+        ss, df = ss + float(((other - other.mean()) ** 2).sum()), df + len(other) - 1
     sd = math.sqrt(ss / df)
+    out = {"queries": len(d), "difference": float(d.mean()), "sd": sd, "df": df,
+           "spread_queries": len(d) + (len(other) if len(other) >= 2 else 0)}
+    if np.allclose(x, y) and np.allclose(other, 0.0):
+        return {**out, "t": 0.0, "p": 1.0}
     if sd == 0.0:
-        return math.copysign(math.inf, d.mean()), 0.0
+        return {**out, "t": math.copysign(math.inf, d.mean()), "p": 0.0}
     stat = float(d.mean() / (sd / math.sqrt(len(d))))
-    return stat, float(2.0 * student_t.sf(abs(stat), df))
+    return {**out, "t": stat, "p": float(2.0 * student_t.sf(abs(stat), df))}
 
 
-def other_differences(spread_from, exclude: set) -> np.ndarray:
+def _other_differences(spread_from, exclude: set) -> np.ndarray:
     """The per-query differences of ``spread_from`` (a pair of ``{query: score}``) over the queries
     both hold and ``exclude`` does not (empty when None)."""
     if spread_from is None:
@@ -289,15 +304,6 @@ def other_differences(spread_from, exclude: set) -> np.ndarray:
     a2, b2 = spread_from
     qs = sorted((set(a2) & set(b2)) - exclude)
     return np.array([a2[q] - b2[q] for q in qs], dtype=np.float64)
-
-
-def pooled_squares(d: np.ndarray, other: np.ndarray) -> tuple[float, int]:
-    """``(sum of squares, degrees of freedom)`` of the per-query differences ``d`` about their mean,
-    plus those of ``other`` about theirs when it holds two or more (a sample of one adds nothing)."""
-    ss, df = float(((d - d.mean()) ** 2).sum()), len(d) - 1
-    if len(other) >= 2:
-        ss, df = ss + float(((other - other.mean()) ** 2).sum()), df + len(other) - 1
-    return ss, df
 
 
 def format_table(rows: Mapping[str, Mapping[str, float]], metrics: Sequence[str] = DEFAULT_METRICS) -> str:

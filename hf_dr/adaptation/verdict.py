@@ -100,24 +100,20 @@ def resolution(after: Mapping[str, float], before: Mapping[str, float],
     = n1 + n2 - 2; ``spread_queries`` counts both sets). A held-out half of 11 queries whose
     differences are mostly zero estimates the spread too small; with the other 11 the estimate rests
     on 22 (docs/adapt.md, "Does the verdict hold?")."""
-    from ..evaluation import other_differences, paired_t, pooled_squares
+    from ..evaluation import paired_spread
 
-    qs = sorted(set(after) & set(before))
-    d = np.array([after[q] - before[q] for q in qs], dtype=np.float64)
-    mean = float(d.mean()) if len(d) else 0.0
     method = PAIRED_T if spread_from is None else PAIRED_T_POOLED
-    if len(d) < 2:
-        return {"queries": len(d), "difference": mean, "resolution": None, "sd": None, "p_value": None, "df": None,
-                "spread_queries": len(d), "method": method}
+    qs = set(after) & set(before)
+    if len(qs) < 2:
+        mean = float(np.mean([after[q] - before[q] for q in qs])) if qs else 0.0
+        return {"queries": len(qs), "difference": mean, "resolution": None, "sd": None, "p_value": None, "df": None,
+                "spread_queries": len(qs), "method": method}
     from scipy.stats import t
 
-    other = other_differences(spread_from, set(qs))
-    ss, df = pooled_squares(d, other)
-    sd = math.sqrt(ss / df)
-    half = float(t.ppf(0.975, df) * sd / math.sqrt(len(d)))
-    p = paired_t(after, before, spread_from)[1]
-    return {"queries": len(d), "difference": mean, "resolution": half, "sd": sd, "p_value": p, "df": df,
-            "spread_queries": len(d) + (len(other) if len(other) >= 2 else 0), "method": method}
+    s = paired_spread(after, before, spread_from)
+    half = float(t.ppf(0.975, s["df"]) * s["sd"] / math.sqrt(s["queries"]))
+    return {"queries": s["queries"], "difference": s["difference"], "resolution": half, "sd": s["sd"],
+            "p_value": s["p"], "df": s["df"], "spread_queries": s["spread_queries"], "method": method}
 
 
 def prediction_half_width(comparison: Mapping, other_queries: int | None = None) -> float | None:
