@@ -46,8 +46,10 @@ def corpus_fingerprint(pairs: Iterable[tuple[str, str]]) -> str:
 
 #: configuration entries that say where a model was read from or how it was saved, not how it encodes
 #: (``use_cache``: a generation setting the Trainer switches off while training, no encoder reads it; with
-#: it, a checkpoint scored during training and its saved copy had two fingerprints)
-_NOT_IDENTITY = ("_name_or_path", "transformers_version", "architectures", "use_cache")
+#: it, a checkpoint scored during training and its saved copy had two fingerprints; ``prompts``: where
+#: ``save_pretrained`` writes the prompts a model prepends, which the fingerprint covers as the encoder's
+#: prefixes, set or saved)
+_NOT_IDENTITY = ("_name_or_path", "transformers_version", "architectures", "use_cache", "prompts")
 
 
 def _config_identity(d):

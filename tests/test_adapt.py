@@ -461,12 +461,13 @@ def test_cai_without_mlm_trains_without_idf_and_outputs_with_it(first_run, split
     monkeypatch.setattr(SpladeObjective, "__call__", spy)
     from hf_dr.adaptation.methods.base import DevSet
 
-    scored, real_evaluate = [], DevSet.evaluate
+    scored, prompts, real_evaluate = [], [], DevSet.evaluate
 
     def spy_dev(self, model, *a, **k):  # every dev evaluation: the model's class, IDF switch and fingerprint
         from hf_dr.fingerprints import model_fingerprint
 
         scored.append((type(model).__name__, bool(model.config.use_idf), model_fingerprint(model)))
+        prompts.append(getattr(model, "query_prefix", None))
         return real_evaluate(self, model, *a, **k)
 
     monkeypatch.setattr(DevSet, "evaluate", spy_dev)
@@ -474,7 +475,7 @@ def test_cai_without_mlm_trains_without_idf_and_outputs_with_it(first_run, split
     out = tmp_path / "out"
     args = ["--data", split_data, "--model", tiny_bert_dir, "--method", "cai", "--labels", work / "labels",
             "--output", out, "--max-steps", "2", "--eval-steps", "1", "--max-length", "32", "--batch-size", "4",
-            "--learning-rate", "1e-3", "--mlm-steps", "0", "--no-vocabulary"]
+            "--learning-rate", "1e-3", "--mlm-steps", "0", "--no-vocabulary", "--query-prompt", "query: "]
     rc, text, err = _adapt(capsys, *args)
     assert rc == 0, err
     assert "cai: IDF on the target corpus" in text and "continual MLM" not in text
@@ -487,6 +488,8 @@ def test_cai_without_mlm_trains_without_idf_and_outputs_with_it(first_run, split
     assert not start_idf  # step 0: the student as it is (and as it ships when kept)
     trained = [(idf, fp) for name, idf, fp in trained if name == "SPLADECAI"]
     assert len(trained) >= 2 and all(idf for idf, _ in trained)  # steps 1 and 2, IDF on
+    # and with the user's prompt, as the output ships with it (the start's and every checkpoint's)
+    assert len(prompts) == len(scored) and set(prompts) == {"query: "}
 
     # the trained weights chosen on the dev set, as the method outputs them (OUT/model when they beat step 0)
     selected, = (tmp_path / ".out.work").glob("train-cai-*/selected")
