@@ -172,11 +172,58 @@ def judge(m: dict) -> dict:
             alone = prediction_half_width(resolution(diffs, dict.fromkeys(diffs, 0.0)), m.get("test_queries"))
             interval["prediction_held_out_spread"] = alone
             covered_alone = alone is not None and abs(compared - interval["difference"]) <= alone
+    resplit = resplit_coverage(m)
     return {"verdict": m["verdict"], "word": m.get("verdict_word"), "output_test_difference": out_diff,
             "compared_test_difference": compared, "interval": interval, "covered": covered, "covered_ci": covered_ci,
-            "covered_held_out_spread": covered_alone,
+            "covered_held_out_spread": covered_alone, "resplit": resplit,
             "shipped_trained": not m["kept_starting_model"], "unverified": m.get("unverified") is not None,
             "judged": m.get("judged_dev") is not None}
+
+
+#: re-draws of one run's judged queries for its re-split coverage
+RESPLITS = 2000
+
+
+def resplit_coverage(m: dict, draws: int = RESPLITS, seed: int = 0) -> dict | None:
+    """How often the verdict's rule covers the test difference over ``draws`` seeded re-draws of one
+    run's judged queries, the compared model held fixed: its per-query differences on every judged
+    query (the half that chose, the held-out half, the test split: metrics.json's
+    ``verdict_interval.per_query_differences`` and ``test_per_query``) are dealt again into sets of the
+    same sizes, and each deal is judged as the run was (the held-out set's mean, the spread pooled
+    with the choosing set's: ``hf_dr.adaptation.verdict.resolution``; the prediction half-width for
+    the test set's size; and the held-out set's spread alone beside it). The run's one split gives one
+    0/1; this is that draw's probability for this model, resolved to about ±0.5 points: coverage
+    measured without the noise of how few runs there are. Conditional on the compared model: where
+    the choice among several trained checkpoints depends on the split, a re-draw would also change the
+    model, which this does not follow. None for a run without judged queries or without those records."""
+    import numpy as np
+
+    from hf_dr.adaptation.verdict import prediction_half_width, resolution
+
+    iv, tp = m.get("verdict_interval") or {}, m.get("test_per_query") or {}
+    halves = iv.get("per_query_differences") or {}
+    compared = "best_checkpoint" if m.get("kept_starting_model") else "after"
+    if not (m.get("judged_dev") is not None and halves.get("verdict") and halves.get("select") and tp.get(compared)):
+        return None
+    test = [tp[compared][q] - tp["before"][q] for q in sorted(tp["before"])]
+    # sorted: the deals depend on the run's differences, not on which set each fell in
+    pool = np.sort(np.array(list(halves["select"].values()) + list(halves["verdict"].values()) + test))
+    n_sel, n_ver, n_test = len(halves["select"]), len(halves["verdict"]), len(test)
+    rng = np.random.default_rng([seed, 40])
+    hit = alone = 0
+    for _ in range(draws):
+        order = rng.permutation(len(pool))
+        sel, ver = pool[order[:n_sel]], pool[order[n_sel:n_sel + n_ver]]
+        err = abs(pool[order[n_sel + n_ver:]].mean() - ver.mean())
+        v = {str(i): float(x) for i, x in enumerate(ver)}
+        s = {f"s{i}": float(x) for i, x in enumerate(sel)}
+        zero_v, zero_s = dict.fromkeys(v, 0.0), dict.fromkeys(s, 0.0)
+        pooled = prediction_half_width(resolution(v, zero_v, spread_from=(s, zero_s)), n_test)
+        own = prediction_half_width(resolution(v, zero_v), n_test)
+        hit += pooled is not None and err <= pooled
+        alone += own is not None and err <= own
+    return {"draws": draws, "covered": float(hit / draws), "covered_held_out_spread": float(alone / draws),
+            "queries": {"select": n_sel, "verdict": n_ver, "test": n_test}}
 
 
 def summary(rows: list[dict], judged: bool | None) -> dict:
@@ -196,6 +243,13 @@ def summary(rows: list[dict], judged: bool | None) -> dict:
     if both:  # runs whose interval pooled both halves' spread: the held-out half's spread alone, on the same runs
         out["intervals, spread of both halves"] = len(both)
         out["inside, spread of the held-out half alone"] = sum(r["covered_held_out_spread"] for r in both)
+    resplit = [r["resplit"] for r in with_interval if r.get("resplit")]
+    if resplit:  # the same rule's coverage over re-draws of each run's queries (resplit_coverage), averaged
+        out["runs re-split"] = len(resplit)
+        out["re-split coverage, mean"] = round(sum(x["covered"] for x in resplit) / len(resplit), 4)
+        out["re-split coverage, lowest"] = round(min(x["covered"] for x in resplit), 4)
+        out["re-split coverage, held-out spread alone, mean"] = round(
+            sum(x["covered_held_out_spread"] for x in resplit) / len(resplit), 4)
     out["shipped below zero-shot"] = sum(r["output_test_difference"] < 0 for r in rs)
     out["kept start, unverified"] = sum(r["unverified"] for r in rs)
     out["unverified worse on test"] = sum(r["unverified"] and (r["compared_test_difference"] or 0) < 0 for r in rs)
@@ -314,6 +368,9 @@ def _row(corpus, spec, seed, variant, folders, m, row, command, budget) -> dict:
     if row.get("covered_held_out_spread") is not None:
         metrics["prediction ±, held-out spread"] = round(iv["prediction_held_out_spread"], 4)
         metrics["inside, held-out spread (1/0)"] = int(row["covered_held_out_spread"])
+    if row.get("resplit"):
+        metrics["re-split coverage"] = round(row["resplit"]["covered"], 4)
+        metrics["re-split coverage, held-out spread"] = round(row["resplit"]["covered_held_out_spread"], 4)
     return {"table": "verdict", "dataset": corpus,
             "system": f"{spec}, seed {seed}, {variant} judged dev queries ({budget}; {folders['dev']} dev / "
                       f"{folders['test']} test queries): {row['verdict']} ({row['word']}){stated}",

@@ -785,6 +785,40 @@ def test_the_benchmark_judges_a_pooled_interval_and_the_held_out_spread_alone_on
     assert old["covered_held_out_spread"] is None and "intervals, spread of both halves" not in bench.summary([old], True)
 
 
+def test_the_benchmark_re_deals_a_runs_queries_to_measure_its_coverage():
+    """``resplit_coverage``: one run's per-query differences (both dev halves and the test split) dealt
+    again into sets of the same sizes, each deal judged as the run was: for differences that are the
+    same across queries in distribution it is about 95%, whatever the run's own split said; a run whose
+    held-out half differs from its test split by construction (a shift the halves cannot see) is not
+    re-dealt into that shift (re-dealing mixes them: it measures the rule, not the run's luck)."""
+    bench = _benchmark()
+    rng = np.random.default_rng(1)
+    sel, ver, test = (rng.normal(0.0, 0.1, k) for k in (40, 40, 80))
+    ids = [f"q{i}" for i in range(80)]
+
+    def metrics(sel, ver, test, judged=True):
+        before = dict.fromkeys(ids, 0.5)
+        return {**_metrics(KEPT, 0.5, 0.5, True, {"on": "held-out judged dev queries", "difference": float(ver.mean()),
+                                                    "half_width": 0.03, "queries": 40,
+                                                    "per_query_differences": {
+                                                        "select": {f"s{i}": float(x) for i, x in enumerate(sel)},
+                                                        "verdict": {f"v{i}": float(x) for i, x in enumerate(ver)}}},
+                            best=0.5, judged=judged),
+                "test_per_query": {"before": before, "best_checkpoint": {q: 0.5 + float(x) for q, x in zip(ids, test)}}}
+
+    r = bench.resplit_coverage(metrics(sel, ver, test), draws=1000)
+    assert r["queries"] == {"select": 40, "verdict": 40, "test": 80}
+    assert 0.93 <= r["covered"] <= 0.97 and 0.92 <= r["covered_held_out_spread"] <= 0.97
+    # the same pool of differences, however the run's own split fell: the measure is of the rule
+    shifted = bench.resplit_coverage(metrics(sel, ver, np.sort(test)), draws=1000)
+    assert shifted["covered"] == r["covered"]
+    assert bench.resplit_coverage(metrics(sel, ver, test, judged=False)) is None  # no judged queries: no re-deal
+    row = bench.judge(metrics(sel, ver, test))
+    assert row["resplit"]["draws"] == bench.RESPLITS
+    assert bench.summary([row], judged=True)["re-split coverage, mean"] == pytest.approx(row["resplit"]["covered"],
+                                                                                          abs=1e-4)
+
+
 def test_prediction_interval_covers_the_difference_on_other_queries():
     """The prediction interval states where the mean difference on m *other* queries falls: drawn
     again and again, it covers it about 95% of the time, where the confidence interval (about the

@@ -322,7 +322,7 @@ def train(run: AdaptRun, labels: Labels) -> Trained:
     prepared = method.prepare(cfg, student, run.data, run.max_length, run.work, say)
     if prepared.status:
         run.stages[method.name] = prepared.status
-    # the user's prompts on a model the method made (cai's, DDR's): trained and scored on the dev set as
+    # the user's prompts on a model the method made from the student (cai's): trained and scored on the dev set as
     # it ships (base.Method.save applies them), as the student is (before 2026-12-02 a prepared model
     # was scored without them)
     init = prepared.model if prepared.model is student else with_prompts(cfg, prepared.model)
