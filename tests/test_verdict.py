@@ -787,10 +787,10 @@ def test_the_benchmark_judges_a_pooled_interval_and_the_held_out_spread_alone_on
 
 def test_the_benchmark_re_deals_a_runs_queries_to_measure_its_coverage():
     """``resplit_coverage``: one run's per-query differences (both dev halves and the test split) dealt
-    again into sets of the same sizes, each deal judged as the run was: for differences that are the
-    same across queries in distribution it is about 95%, whatever the run's own split said; a run whose
-    held-out half differs from its test split by construction (a shift the halves cannot see) is not
-    re-dealt into that shift (re-dealing mixes them: it measures the rule, not the run's luck)."""
+    again into sets of the same sizes, each deal judged as the run was: for differences drawn alike
+    across queries it is about 95%; it depends on the pool of differences only, not on which set each
+    fell in by the run's own split (it measures the rule for this model, not the run's luck); a run
+    without judged queries is not re-dealt."""
     bench = _benchmark()
     rng = np.random.default_rng(1)
     sel, ver, test = (rng.normal(0.0, 0.1, k) for k in (40, 40, 80))
