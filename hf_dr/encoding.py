@@ -88,8 +88,10 @@ def reset_length_reports() -> None:
 
 
 def _report_lengths(report: LengthReport) -> None:
-    """A warning the first time a kind of text (corpus / queries), model, max length and count is
-    truncated in this process; the same again (a dev set at each checkpoint...) at debug level.
+    """A warning the first time a kind of text (corpus / queries) is truncated in this process at a max
+    length, by these amounts; the same again (a dev set at each checkpoint, whose tokenizer is the
+    start's under another path) at debug level: the message does not name the model, so a repeat says
+    nothing new.
     Inside :func:`one_length_report`, the reports are joined and said once, when it ends."""
     scope = _SCOPE.get()
     if scope is not None:
@@ -100,7 +102,7 @@ def _report_lengths(report: LengthReport) -> None:
         return
     if not report.over:
         return
-    key = (report.what, report.model, report.max_length, report.texts, report.over)
+    key = (report.what, report.max_length, report.texts, report.over, report.percentile(95), max(report.overflow))
     logger.log(logging.DEBUG if key in _REPORTED else logging.WARNING, "%s", report.message())
     _REPORTED.add(key)
 

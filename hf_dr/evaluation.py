@@ -366,7 +366,14 @@ class RerankEvaluator:
 
     def run(self, model, doc_vectors: Mapping[str, np.ndarray] | None = None) -> Run:
         """Every query's candidates scored by ``model``. ``doc_vectors``: dense vectors of some of the
-        documents by this very model (e.g. the label stage's corpus encoding), not encoded again."""
+        documents by this very model (e.g. the label stage's corpus encoding), not encoded again. What
+        truncation cut in the chunks is said once (:func:`~hf_dr.encoding.one_length_report`)."""
+        from .encoding import one_length_report
+
+        with one_length_report():
+            return self._run(model, doc_vectors)
+
+    def _run(self, model, doc_vectors: Mapping[str, np.ndarray] | None) -> Run:
         qids, dids = list(self.queries), list(self.docs)
         kw = {"batch_size": self.batch_size, "show_progress_bar": False}
         if self.max_length is not None:
@@ -387,7 +394,4 @@ class RerankEvaluator:
         return {qid: {x: float(d[col[x]] @ q[i]) for x in self.qrels[qid]} for i, qid in enumerate(qids)}
 
     def __call__(self, model) -> dict[str, float]:
-        from .encoding import one_length_report
-
-        with one_length_report():  # the chunks of the dev set: one report
-            return evaluate_run(self.qrels, self.run(model), self.metrics).aggregate
+        return evaluate_run(self.qrels, self.run(model), self.metrics).aggregate

@@ -484,6 +484,39 @@ def test_the_encode_loop_says_how_many_texts_it_truncated(tiny_tokenizer, caplog
     assert len(msgs) == 1 and msgs[0].startswith(f"corpus: {sum(n > 21 for n in whole):,} of 40 texts")
 
 
+def test_a_dev_evaluation_says_once_what_it_truncated_at_every_checkpoint(tiny_bert_dir, tmp_path, caplog):
+    """The adapt stages score the dev set through ``RerankEvaluator.run`` (not its ``__call__``): its
+    length-sorted chunks are one report, and a checkpoint (the same tokenizer saved under another path)
+    cutting the same texts says nothing new."""
+    import logging
+    import shutil
+
+    from hf_dr.encoding import reset_length_reports
+    from hf_dr.evaluation import RerankEvaluator
+    from hf_dr.models import load_encoder
+
+    rng = random.Random(3)
+    docs = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 40))) for _ in range(90)]
+    rows = [{"query_id": f"q{i % 3}", "query": "a query", "doc_id": f"d{i}", "doc": d, "label": int(i < 3)}
+            for i, d in enumerate(docs)]
+    ev = RerankEvaluator(rows, batch_size=4, max_length=12)  # chunks of 64 documents: two
+    start = load_encoder(tiny_bert_dir)
+    tok = start.tokenizer
+    over = sum(len(tok(d)["input_ids"]) > 12 for d in docs)
+    assert 64 < over < 90
+    reset_length_reports()
+    with caplog.at_level(logging.WARNING, logger="hf_dr.encoding"):
+        ev.run(start)
+    msgs = [r.getMessage() for r in caplog.records if r.name == "hf_dr.encoding"]
+    assert len(msgs) == 1 and msgs[0].startswith(f"corpus: {over:,} of 90 texts"), msgs
+    caplog.clear()
+    shutil.copytree(tiny_bert_dir, tmp_path / "checkpoint-100")
+    with caplog.at_level(logging.WARNING, logger="hf_dr.encoding"):
+        ev.run(load_encoder(tmp_path / "checkpoint-100"))
+        ev(start)
+    assert [r.getMessage() for r in caplog.records if r.name == "hf_dr.encoding"] == []
+
+
 def test_passages_are_scored_as_their_documents():
     from hf_dr.evaluation import aggregate_passages
 
