@@ -275,6 +275,8 @@ def parse_args(argv=None):
     ap.add_argument("--dev-queries", type=int, default=None,
                     help="hf-dr adapt --dev-queries (the pseudo-labelled dev set; default: adapt's, 50)")
     ap.add_argument("--work", default="runs/verdict")
+    ap.add_argument("--summary-only", action="store_true",
+                    help="run nothing: write the summary rows over the recorded runs of --seeds with this budget")
     return ap.parse_args(argv)
 
 
@@ -286,6 +288,13 @@ def main(argv=None) -> int:
     # what the rows and the summary are grouped by: the budget and the data (dev fraction, reduced corpus)
     tag = (f"{budget}-dev{round(100 * a.dev_fraction)}" + (f"-docs{a.max_docs}" if a.max_docs else "")
            + ("-resplit" if a.split == "per-seed" else "") + RULE)
+    if a.summary_only:  # no run: the summary rows of the recorded runs of these seeds
+        rows = summaries_of(tag, seeds={int(s) for s in a.seeds.split(",")}, variants=tuple(a.variants.split(",")))
+        if not rows:
+            print(f"verdict.py: no run is recorded with the budget {tag} and seeds {a.seeds}", file=sys.stderr)
+            return 2
+        save_rows("verdict", rows, merge_key=("table", "dataset", "system"))
+        return 0
     for corpus in a.corpora.split(","):
         for spec in a.methods.split(","):
             student, method = spec.split(":")
@@ -308,24 +317,32 @@ def main(argv=None) -> int:
     return 0
 
 
-def summaries_of(budget: str) -> list[dict]:
+def summaries_of(budget: str, seeds: set[int] | None = None, rows: list[dict] | None = None,
+                 variants: tuple[str, ...] = ("with", "without")) -> list[dict]:
     """The summary rows over every run recorded with this budget (this command's and earlier ones':
-    the grid resumes across commands)."""
-    from common import RESULTS
+    the grid resumes across commands), or with ``seeds`` over those seeds' runs alone (``--summary-only``:
+    a fresh sample, without seeds re-made because they had missed; ``variants``: with / without judged dev
+    queries). ``rows``: default the recorded ones."""
+    if rows is None:
+        from common import RESULTS
 
-    runs = [r for r in json.loads((RESULTS / "verdict.json").read_text())
-            if r["table"] == "verdict" and r.get("budget") == budget]
+        rows = json.loads((RESULTS / "verdict.json").read_text())
+    runs = [r for r in rows if r["table"] == "verdict" and r.get("budget") == budget
+            and (seeds is None or r["seed"] in seeds)]
     corpora = ",".join(dict.fromkeys(r["dataset"] for r in runs))
     out = []
     for label, flag in (("with judged dev queries", True), ("without judged dev queries", False)):
+        if ("with" if flag else "without") not in variants:
+            continue
         these = [r for r in runs if bool(r["judged_fields"].get("judged")) == flag]
         if not these:  # this variant was not run with this budget
             continue
         methods = ",".join(sorted({r["method"] for r in these}))
-        seeds = ",".join(str(s) for s in sorted({r["seed"] for r in these}))
+        listed = ",".join(str(s) for s in sorted({r["seed"] for r in these}))
         row = {"table": "verdict_summary", "dataset": corpora,
-               "system": f"{label} ({budget}; {methods}; seeds {seeds})", "budget": budget,
-               "command": _one_run_command(corpora, methods, seeds, None), "machine": machine(),
+               "system": f"{label} ({budget}; {methods}; seeds {listed})", "budget": budget,
+               "command": _one_run_command(corpora, methods, listed, None if len(variants) == 2 else ",".join(variants)),
+               "machine": machine(),
                "metrics": summary([r["judged_fields"] for r in runs], flag)}
         log(f"{row['system']}: {row['metrics']}")
         out.append(row)

@@ -759,6 +759,26 @@ def test_the_benchmark_counts_claims_losses_and_coverage():
     assert s["shipped below zero-shot"] == 0
 
 
+def test_the_benchmark_summarises_the_runs_of_the_seeds_asked_for(monkeypatch):
+    """``--summary-only --seeds S``: the summary over the recorded runs of those seeds alone (a fresh
+    sample, without seeds re-made because they had missed), of the variants asked for; without seeds,
+    every run of the budget."""
+    bench = _benchmark()
+    monkeypatch.setattr(bench.sys, "argv", ["verdict.py", "--seeds", "5,6", "--variants", "with", "--summary-only"])
+    iv = {"on": "held-out", "difference": 0.03, "half_width": 0.02, "queries": 20}
+    rows = [{"table": "verdict", "budget": "b", "dataset": "c", "method": "m:x", "seed": seed,
+             "judged_fields": bench.judge(_metrics(LABELLED, 0.5, after, False, iv, judged=judged))}
+            for seed, after, judged in ((1, 0.49, True), (5, 0.53, True), (6, 0.52, True), (5, 0.52, False))]
+    rows.append({**rows[1], "budget": "other"})
+    fresh = bench.summaries_of("b", seeds={5, 6}, rows=rows, variants=("with",))
+    assert [r["system"] for r in fresh] == ["with judged dev queries (b; m:x; seeds 5,6)"]
+    assert fresh[0]["metrics"]["runs"] == 2 and fresh[0]["metrics"]["labelled losses let through"] == 0
+    assert "--summary-only" in fresh[0]["command"] and "--variants with" in fresh[0]["command"]
+    every = bench.summaries_of("b", rows=rows)
+    assert [r["metrics"]["runs"] for r in every] == [3, 1]
+    assert every[0]["metrics"]["labelled losses let through"] == 1  # seed 1's loss counts here
+
+
 def test_the_benchmark_judges_a_pooled_interval_and_the_held_out_spread_alone_on_the_same_run():
     """A run that records its per-query differences (``verdict_interval.per_query_differences``) is
     judged twice: with the interval it stated (spread of both halves) and with the held-out half's
