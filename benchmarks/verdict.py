@@ -276,7 +276,8 @@ def parse_args(argv=None):
                     help="hf-dr adapt --dev-queries (the pseudo-labelled dev set; default: adapt's, 50)")
     ap.add_argument("--work", default="runs/verdict")
     ap.add_argument("--summary-only", action="store_true",
-                    help="run nothing: write the summary rows over the recorded runs of --seeds with this budget")
+                    help="run nothing: write the summary rows over the recorded runs of --corpora, --methods, "
+                         "--seeds and --variants with this budget")
     return ap.parse_args(argv)
 
 
@@ -289,9 +290,11 @@ def main(argv=None) -> int:
     tag = (f"{budget}-dev{round(100 * a.dev_fraction)}" + (f"-docs{a.max_docs}" if a.max_docs else "")
            + ("-resplit" if a.split == "per-seed" else "") + RULE)
     if a.summary_only:  # no run: the summary rows of the recorded runs of these seeds
-        rows = summaries_of(tag, seeds={int(s) for s in a.seeds.split(",")}, variants=tuple(a.variants.split(",")))
+        rows = summaries_of(tag, seeds={int(s) for s in a.seeds.split(",")}, variants=tuple(a.variants.split(",")),
+                            corpora=set(a.corpora.split(",")), methods=set(a.methods.split(",")))
         if not rows:
-            print(f"verdict.py: no run is recorded with the budget {tag} and seeds {a.seeds}", file=sys.stderr)
+            print(f"verdict.py: no run of {a.corpora} / {a.methods} / seeds {a.seeds} is recorded with the budget "
+                  f"{tag}", file=sys.stderr)
             return 2
         save_rows("verdict", rows, merge_key=("table", "dataset", "system"))
         return 0
@@ -318,30 +321,33 @@ def main(argv=None) -> int:
 
 
 def summaries_of(budget: str, seeds: set[int] | None = None, rows: list[dict] | None = None,
-                 variants: tuple[str, ...] = ("with", "without")) -> list[dict]:
+                 variants: tuple[str, ...] = ("with", "without"), corpora: set[str] | None = None,
+                 methods: set[str] | None = None) -> list[dict]:
     """The summary rows over every run recorded with this budget (this command's and earlier ones':
     the grid resumes across commands), or with ``seeds`` over those seeds' runs alone (``--summary-only``:
-    a fresh sample, without seeds re-made because they had missed; ``variants``: with / without judged dev
-    queries). ``rows``: default the recorded ones."""
+    a fresh sample, without seeds re-made because they had missed; ``corpora``, ``methods`` and ``variants``,
+    with / without judged dev queries, narrow it alike). ``rows``: default the recorded ones."""
     if rows is None:
         from common import RESULTS
 
         rows = json.loads((RESULTS / "verdict.json").read_text())
     runs = [r for r in rows if r["table"] == "verdict" and r.get("budget") == budget
-            and (seeds is None or r["seed"] in seeds)]
-    corpora = ",".join(dict.fromkeys(r["dataset"] for r in runs))
+            and (seeds is None or r["seed"] in seeds) and (corpora is None or r["dataset"] in corpora)
+            and (methods is None or r["method"] in methods)]
+    datasets = ",".join(dict.fromkeys(r["dataset"] for r in runs))
     out = []
-    for label, flag in (("with judged dev queries", True), ("without judged dev queries", False)):
-        if ("with" if flag else "without") not in variants:
+    for variant, label, flag in (("with", "with judged dev queries", True),
+                                 ("without", "without judged dev queries", False)):
+        if variant not in variants:
             continue
         these = [r for r in runs if bool(r["judged_fields"].get("judged")) == flag]
         if not these:  # this variant was not run with this budget
             continue
-        methods = ",".join(sorted({r["method"] for r in these}))
+        specs = ",".join(sorted({r["method"] for r in these}))
         listed = ",".join(str(s) for s in sorted({r["seed"] for r in these}))
-        row = {"table": "verdict_summary", "dataset": corpora,
-               "system": f"{label} ({budget}; {methods}; seeds {listed})", "budget": budget,
-               "command": _one_run_command(corpora, methods, listed, None if len(variants) == 2 else ",".join(variants)),
+        row = {"table": "verdict_summary", "dataset": datasets,
+               "system": f"{label} ({budget}; {specs}; seeds {listed})", "budget": budget,
+               "command": _one_run_command(datasets, specs, listed, None if len(variants) == 2 else variant),
                "machine": machine(),
                "metrics": summary([r["judged_fields"] for r in runs], flag)}
         log(f"{row['system']}: {row['metrics']}")

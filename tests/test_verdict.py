@@ -774,8 +774,12 @@ def test_the_benchmark_summarises_the_runs_of_the_seeds_asked_for(monkeypatch):
     assert [r["system"] for r in fresh] == ["with judged dev queries (b; m:x; seeds 5,6)"]
     assert fresh[0]["metrics"]["runs"] == 2 and fresh[0]["metrics"]["labelled losses let through"] == 0
     assert "--summary-only" in fresh[0]["command"] and "--variants with" in fresh[0]["command"]
+    rows.append({**rows[1], "dataset": "d"})
+    rows.append({**rows[1], "method": "m:y"})
+    narrowed = bench.summaries_of("b", seeds={5, 6}, rows=rows, variants=("with",), corpora={"c"}, methods={"m:x"})
+    assert [r["metrics"]["runs"] for r in narrowed] == [2] and narrowed[0]["dataset"] == "c"
     every = bench.summaries_of("b", rows=rows)
-    assert [r["metrics"]["runs"] for r in every] == [3, 1]
+    assert [r["metrics"]["runs"] for r in every] == [5, 1] and every[0]["dataset"] == "c,d"
     assert every[0]["metrics"]["labelled losses let through"] == 1  # seed 1's loss counts here
 
 
