@@ -50,8 +50,10 @@ CORPORA = ("scifact", "arguana", "msmarco-trecdl2019")
 METHODS = ("minilm:pseudo-margin-mse", "splade-tiny:cai")
 LABELLED, PSEUDO_ONLY, KEPT = "better on labelled queries", "better on pseudo-labels only", "kept the starting model"
 #: the interval rule, in the rows' budget: since 2026-12-01 the verdict's spread pools the held-out half with the half
-#: that chose (hf_dr.adaptation.verdict.resolution); rows without the suffix were judged with the held-out half's alone
-RULE = "-spread-both-halves"
+#: that chose (hf_dr.adaptation.verdict.resolution); rows without the suffix were judged with the held-out half's alone;
+#: since 2026-12-06 a judged held-out gain must pass the prediction interval, not the confidence interval, to ship
+#: (metrics.json's verdict_rule; a run recorded without it is made again, its training found cached)
+RULE = "-spread-both-halves-prediction-bar"
 
 
 def log(msg: str) -> None:
@@ -310,7 +312,7 @@ def main(argv=None) -> int:
                     out = work / f"{data.name}-{student}-{method}-seed{seed}-{budget}"
                     # one work folder per corpus: both variants share the labels (the same training queries)
                     res = adapt_run(data, out, work / f"work-{data.name.rsplit('-', 1)[0]}", student, method, seed, a,
-                                    folders["generate"])
+                                    folders["generate"], needs=("verdict_rule",))
                     m, row = res["metrics"], judge(res["metrics"])
                     save_rows("verdict", [_row(corpus, spec, seed, variant, folders, m, row, res["command"], tag)],
                               merge_key=("table", "dataset", "budget", "method", "seed", "variant"))

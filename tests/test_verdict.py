@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from hf_dr.adaptation.verdict import (CONTAINED_TAU, KEPT, LABELLED, PSEUDO_ONLY, VERDICTS, WORDS, decide,
-                                      rank_agreement, resolution, verdict_word)
+                                      rank_agreement, resolution, resolves_gain, verdict_word)
 from hf_dr.cli import main
 from tests.conftest import SAMPLE
 from tests.test_adapt import FAST, _split_sample
@@ -122,15 +122,21 @@ def test_verdict_strings():
     assert "not the 19 that chose" in sentence and "±0.0500" in sentence and "+0.0800" in sentence
     # beside the confidence interval, where the difference on 20 other queries should fall: sqrt(2) wider
     assert f"expect +0.0800 ±{0.05 * 2 ** 0.5:.4f}" in sentence
-    # a gain below what 20 judged queries resolve is never "better on labelled queries", nor output:
-    # the start is kept, the checkpoint beside it as unverified
+    # a gain short of the 95% prediction interval for as many other queries is never "better on labelled
+    # queries", nor output, even past the confidence interval (the rule before 2026-12-06 shipped that one:
+    # +0.06 > ±0.05, < ±0.0707): the start is kept, the checkpoint beside it as unverified
     small = {**judged, "difference": 0.02, "selected": 0.62, "p_value": 0.4}
-    for unresolved in (small, {**judged, "resolution": None}):  # (too few judged queries: None)
-        with pytest.raises(ValueError, match="only when their held-out half resolves"):
+    between = {**judged, "difference": 0.06, "selected": 0.66, "p_value": 0.03}
+    assert resolves_gain(between) and not resolves_gain(between, predictive=True)
+    for unresolved in (small, between, {**judged, "resolution": None}):  # (too few judged queries: None)
+        with pytest.raises(ValueError, match="only when their held-out half shows its gain past the 95% prediction"):
             decide(False, unresolved, False, pseudo)
-    v, sentence = decide(True, small, False, pseudo, unverified={"step": 4, "why": "w"})
-    assert v == KEPT and sentence.startswith(f"{KEPT}; the trained checkpoint (step 4, in unverified/) is unverified")
-    assert "lean its way by less than they can resolve" in sentence and "+0.0200" in sentence
+    for short in (small, between):
+        v, sentence = decide(True, short, False, pseudo, unverified={"step": 4, "why": "w"})
+        assert v == KEPT and sentence.startswith(f"{KEPT}; the trained checkpoint (step 4, in unverified/) is "
+                                                 "unverified")
+        assert "lean its way by less than their 95% prediction interval" in sentence
+        assert f"{short['difference']:+.4f}" in sentence
     assert verdict_word(v, unverified=True) == "MARGINAL"
     assert decide(True, {**judged, "difference": 0.0, "selected": 0.6}, False, pseudo)[0] == KEPT
     v, sentence = decide(True, {**judged, "difference": -0.08, "selected": 0.52}, False, pseudo)
@@ -509,11 +515,13 @@ def test_judged_dev_queries_choose_and_never_train(judged_data, tiny_bert_dir, t
 
 
 @pytest.mark.pipeline
-@pytest.mark.parametrize("difference, shipped", [(0.01, False), (0.08, True)])
+@pytest.mark.parametrize("difference, shipped", [(0.01, False), (0.06, False), (0.08, True)])
 def test_with_judged_queries_only_a_resolved_held_out_gain_ships(judged_data, tiny_bert_dir, tmp_path, capsys,
                                                                  monkeypatch, difference, shipped):
     """The checkpoint won on the selection half; the held-out half leans its way by 0.01 against a
-    ±0.05 resolution (kept beside the start as unverified, MARGINAL), or by 0.08 (shipped, WIN)."""
+    ±0.05 confidence interval, or by 0.06, past it but short of the ±0.0707 prediction interval for as
+    many other queries (both kept beside the start as unverified, MARGINAL; the rule before 2026-12-06
+    shipped 0.06), or by 0.08 (shipped, WIN)."""
     import hf_dr.adaptation.stages as stages
     from hf_dr.adaptation.methods import get_method
 
@@ -536,13 +544,14 @@ def test_with_judged_queries_only_a_resolved_held_out_gain_ships(judged_data, ti
                  str(out), *FAST]) == 0
     m = json.loads((out / "metrics.json").read_text())
     assert m["kept_starting_model"] is (not shipped)
+    assert "prediction interval" in m["verdict_rule"]
     if shipped:
         assert m["verdict"] == LABELLED and m["verdict_word"] == "WIN" and m["unverified"] is None
         assert m["selected_step"] == 2 and not (out / "unverified").exists()
     else:
         assert m["verdict"] == KEPT and m["verdict_word"] == "MARGINAL" and m["selected_step"] == 0
         assert m["unverified"]["step"] == 2 and (out / "unverified" / "config.json").is_file()
-        assert "less than they can resolve" in m["verdict_sentence"] and m["after"] == m["before"]
+        assert "less than their 95% prediction interval" in m["verdict_sentence"] and m["after"] == m["before"]
         assert "showed it better by more than the evidence resolves" in (out / "README.md").read_text()
 
 

@@ -9,9 +9,10 @@ method's training, on a copy)
 -> select (nDCG@10 on the dev set, the untrained starting model included: no checkpoint beating it
 keeps the starting model. The user's judged dev queries, ``qrels/dev.tsv``, when there are some:
 split by the seed into a half that chooses and a held-out half that states the verdict, each
-scored by full-corpus retrieval (:mod:`hf_dr.adaptation.judged`); else the pseudo-labelled
+scored by full-corpus retrieval (:mod:`hf_dr.adaptation.judged`), a trained checkpoint output only
+on a held-out gain past its 95% prediction interval; else the pseudo-labelled
 held-out training queries, where a trained checkpoint replaces the start only when the teacher
-does not contain it and its gain is resolved, else it is kept beside the start as unverified;
+does not contain it and its gain passes the same bar, else it is kept beside the start as unverified;
 then the verdict, :mod:`hf_dr.adaptation.verdict`)
 -> evaluate (only now is the test split read; before / after with a paired t-test, when it has
 qrels) -> write (a Hub-ready folder ``OUT/model`` + card ``OUT/README.md`` + ``OUT/metrics.json``,

@@ -22,7 +22,8 @@ from .config import AdaptError
 from .methods import DevSet, Method, Prepared, TrainInputs, get_method, registered_methods
 from .plan import AdaptPlan
 from .student import own_max_length, save_model, set_max_length, with_prompts
-from .verdict import CONTAINED_TAU, UNVERIFIED, decide, prediction_half_width, rank_agreement, resolution, resolves_gain
+from .verdict import (CONTAINED_TAU, UNVERIFIED, VERDICT_RULE, decide, prediction_half_width, rank_agreement, resolution,
+                      resolves_gain)
 
 logger = logging.getLogger(__name__)
 
@@ -442,8 +443,8 @@ def select(run: AdaptRun, labels: Labels, trained: Trained) -> Selection:
     """The best checkpoint by dev nDCG@10, the untrained starting model included as "step 0", and
     whether it replaces the start. With judged dev queries (``qrels/dev.tsv``) their selection half
     chooses (step 0 always competes), and the held-out verdict half states the verdict
-    (:func:`_judged_verdict`): a chosen checkpoint is output only when it shows it better by more than
-    it resolves, else the start is output and the checkpoint kept beside it as unverified (or not
+    (:func:`_judged_verdict`): a chosen checkpoint is output only when it shows it better by at least
+    the 95% prediction interval for as many other queries, else the start is output and the checkpoint kept beside it as unverified (or not
     kept, when it shows it worse by more than it resolves). Without them, a trained checkpoint
     replaces the start only when evidence that does not contain the student says it is better: the
     pseudo-labels of a teacher that does not contain it (:func:`_containment`), by at least the 95%
@@ -470,16 +471,20 @@ def select(run: AdaptRun, labels: Labels, trained: Trained) -> Selection:
     if judged:
         res = comparison["resolution"]
         worse = won and res is not None and comparison["difference"] < -res
-        kept_start = not (won and resolves_gain(comparison))
+        # the claim is about other queries (the user's next ones): past the 95% prediction interval, as without
+        # judged queries (a confidence-interval bar let a test loss through at the default budgets, 2026-12-06)
+        kept_start = not (won and resolves_gain(comparison, predictive=True))
         if worse:
             say(f"select: step {best_step} won on the {len(labels.dev.judged.select)} judged queries that choose, but "
                 f"falls below the starting model on the {comparison['queries']} held-out ones by "
                 f"{-comparison['difference']:.4f} (more than ±{res:.4f}): keeping the starting model")
         elif won and kept_start and (best_dir / "config.json").is_file():
+            pred = prediction_half_width(comparison)
             unverified = {"step": best_step, "why": (
                 f"it won on the {len(labels.dev.judged.select)} judged queries that chose it, but its difference on "
-                f"the {comparison['queries']} held-out ones ({comparison['difference']:+.4f}) is less than they "
-                f"resolve (±{'n/a' if res is None else format(res, '.4f')})")}
+                f"the {comparison['queries']} held-out ones ({comparison['difference']:+.4f}) is less than the 95% "
+                f"prediction interval for as many other queries (±{'n/a' if pred is None else format(pred, '.4f')}; "
+                f"confidence ±{'n/a' if res is None else format(res, '.4f')})")}
     else:
         kept_start = not (won and resolves_gain(pseudo_gain, predictive=True))
         if fell is not None:
@@ -822,6 +827,7 @@ def _metrics(run: AdaptRun, labels: Labels, trained: Trained, chosen: Selection,
         "verdict": chosen.verdict, "verdict_sentence": chosen.verdict_sentence,
         "verdict_word": chosen.word,  # Sentence Transformers' WIN / MARGINAL / REGRESSION (verdict.verdict_word)
         "verdict_interval": _verdict_interval(chosen),
+        "verdict_rule": VERDICT_RULE,  # the bar a held-out gain passed, or did not, for a trained checkpoint to ship
         # a trained checkpoint kept beside the starting model (OUT/unverified), for want of independent evidence
         "unverified": ({"step": chosen.unverified["step"], "why": chosen.unverified["why"], "folder": "unverified"}
                        if chosen.unverified else None),
