@@ -444,8 +444,9 @@ def select(run: AdaptRun, labels: Labels, trained: Trained) -> Selection:
     whether it replaces the start. With judged dev queries (``qrels/dev.tsv``) their selection half
     chooses (step 0 always competes), and the held-out verdict half states the verdict
     (:func:`_judged_verdict`): a chosen checkpoint is output only when it shows it better by at least
-    the 95% prediction interval for as many other queries, else the start is output and the checkpoint kept beside it as unverified (or not
-    kept, when it shows it worse by more than it resolves). Without them, a trained checkpoint
+    the 95% prediction interval for as many other queries, else the start is output and the
+    checkpoint kept beside it as unverified (or not kept, when it shows it worse by more than it
+    resolves). Without them, a trained checkpoint
     replaces the start only when evidence that does not contain the student says it is better: the
     pseudo-labels of a teacher that does not contain it (:func:`_containment`), by at least the 95%
     prediction interval of their held-out queries (:func:`_pseudo_gain`); otherwise the start is output and the best checkpoint is
