@@ -127,7 +127,7 @@ def test_verdict_strings():
     # +0.06 > ±0.05, < ±0.0707): the start is kept, the checkpoint beside it as unverified
     small = {**judged, "difference": 0.02, "selected": 0.62, "p_value": 0.4}
     between = {**judged, "difference": 0.06, "selected": 0.66, "p_value": 0.03}
-    assert resolves_gain(between) and not resolves_gain(between, predictive=True)
+    assert between["difference"] >= between["resolution"] and not resolves_gain(between)
     for unresolved in (small, between, {**judged, "resolution": None}):  # (too few judged queries: None)
         with pytest.raises(ValueError, match="only when their held-out half shows its gain past the 95% prediction"):
             decide(False, unresolved, False, pseudo)
@@ -633,11 +633,11 @@ def test_pseudo_labels_ship_a_checkpoint_only_past_the_prediction_interval():
 
     between = {"queries": 25, "difference": 0.0236, "resolution": 0.0214, "p_value": 0.04, "compared_step": 300}
     assert prediction_half_width(between) == pytest.approx(0.0214 * math.sqrt(2), rel=1e-12)
-    assert resolves_gain(between) and not resolves_gain(between, predictive=True)
+    assert between["difference"] >= between["resolution"] and not resolves_gain(between)
     past = {**between, "difference": 0.0625, "resolution": 0.0268}
-    assert resolves_gain(past, predictive=True)
-    assert not resolves_gain({**between, "difference": -0.05}, predictive=True)
-    assert not resolves_gain({**between, "resolution": None}, predictive=True)
+    assert resolves_gain(past)
+    assert not resolves_gain({**between, "difference": -0.05})
+    assert not resolves_gain({**between, "resolution": None})
     why = stages._unverified_why(False, True, between)
     assert "+0.0236" in why and "prediction interval of the 25 held-out pseudo-dev queries (±0.0303" in why
     assert "confidence ±0.0214" in why

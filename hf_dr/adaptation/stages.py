@@ -474,7 +474,7 @@ def select(run: AdaptRun, labels: Labels, trained: Trained) -> Selection:
         worse = won and res is not None and comparison["difference"] < -res
         # the claim is about other queries (the user's next ones): past the 95% prediction interval, as without
         # judged queries (a confidence-interval bar let a test loss through at the default budgets, 2026-12-06)
-        kept_start = not (won and resolves_gain(comparison, predictive=True))
+        kept_start = not (won and resolves_gain(comparison))
         if worse:
             say(f"select: step {best_step} won on the {len(labels.dev.judged.select)} judged queries that choose, but "
                 f"falls below the starting model on the {comparison['queries']} held-out ones by "
@@ -487,7 +487,7 @@ def select(run: AdaptRun, labels: Labels, trained: Trained) -> Selection:
                 f"prediction interval for as many other queries (±{'n/a' if pred is None else format(pred, '.4f')}; "
                 f"confidence ±{'n/a' if res is None else format(res, '.4f')})")}
     else:
-        kept_start = not (won and resolves_gain(pseudo_gain, predictive=True))
+        kept_start = not (won and resolves_gain(pseudo_gain))
         if fell is not None:
             say(f"select: the queries were generated and the best checkpoint (step {best_step}) falls below the "
                 f"starting model on the pseudo-dev set by {-fell['difference']:.4f}, more than its {fell['queries']} "

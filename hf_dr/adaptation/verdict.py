@@ -17,8 +17,8 @@ word Sentence Transformers' training examples print against a baseline evaluated
 * **better on pseudo-labels only** (``MARGINAL``): no judged query, and the pseudo-dev set of a
   teacher that does not contain the student shows the best trained checkpoint better than the start
   by at least the half-width of the 95% *prediction* interval of its held-out queries (the
-  difference expected on as many new queries leans its way; :func:`resolves_gain` with
-  ``predictive``): it is output, on the pseudo-labels' word alone. As with judged queries, the seed
+  difference expected on as many new queries leans its way; :func:`resolves_gain`):
+  it is output, on the pseudo-labels' word alone. As with judged queries, the seed
   splits the pseudo-dev queries in two: one half chooses the checkpoint, the other, held out, states
   the verdict, with the same bar; the pseudo-labels also carry the teacher's errors, which no
   interval accounts for: measured in
@@ -137,16 +137,15 @@ def prediction_half_width(comparison: Mapping, other_queries: int | None = None)
     return float(half * math.sqrt(1.0 + n / m))
 
 
-def resolves_gain(comparison: Mapping | None, predictive: bool = False) -> bool:
-    """Whether a paired comparison (:func:`resolution`) shows a gain at least as large as it resolves
-    (the half-width of its 95% confidence interval); with ``predictive``, at least the half-width of
-    its 95% prediction interval for as many other queries (:func:`prediction_half_width`, sqrt(2)
-    wider): the gain a user would see on as many new queries then leans its way too. That is the bar
-    for pseudo-labels (:data:`PSEUDO_ONLY`), whose grades carry the teacher's errors, which neither
-    interval accounts for."""
+def resolves_gain(comparison: Mapping | None) -> bool:
+    """Whether a paired comparison (:func:`resolution`) shows a gain of at least the half-width of its
+    95% prediction interval for as many other queries (:func:`prediction_half_width`, sqrt(2) the
+    confidence half-width): the gain a user would see on as many new queries then leans its way too.
+    The one bar for shipping a trained checkpoint, on judged queries and on pseudo-labels alike (judged
+    queries had the confidence half-width until 2026-12-06: :data:`VERDICT_RULE`)."""
     if not comparison or comparison.get("resolution") is None or comparison["difference"] <= 0:
         return False
-    bar = prediction_half_width(comparison) if predictive else comparison["resolution"]
+    bar = prediction_half_width(comparison)
     return bar is not None and comparison["difference"] >= bar
 
 
@@ -218,8 +217,8 @@ def decide(kept_start: bool, judged: dict | None, contained: bool, pseudo: dict,
     the pseudo-dev queries by more than they resolve; ``unverified``: ``{"step", "why"}`` when the
     start is output for want of evidence independent of the student and the best trained
     checkpoint is kept beside it (:data:`UNVERIFIED`). With ``judged``, a trained checkpoint is output
-    only on a held-out gain past its prediction interval (:func:`resolves_gain` with ``predictive``; a
-    ValueError otherwise)."""
+    only on a held-out gain past its prediction interval (:func:`resolves_gain`; a ValueError
+    otherwise)."""
     pseudo_part = _pseudo_part(pseudo)
     head = (f"{KEPT}; the trained checkpoint (step {unverified['step']}, in {UNVERIFIED}/) is unverified and may be "
             "worse") if unverified is not None else ""
@@ -227,7 +226,7 @@ def decide(kept_start: bool, judged: dict | None, contained: bool, pseudo: dict,
         judged_part = _judged_part(judged, kept_start)
         res = judged["resolution"]
         if not kept_start:
-            if not resolves_gain(judged, predictive=True):
+            if not resolves_gain(judged):
                 raise ValueError("a trained checkpoint is output on judged queries only when their held-out half "
                                  "shows its gain past the 95% prediction interval")
             return LABELLED, f"{LABELLED}: {judged_part}"
