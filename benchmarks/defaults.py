@@ -6,7 +6,11 @@
 Runs on the folders of ``benchmarks/verdict.py`` (the same corpora, the same test split: half of each
 corpus's judged test queries; the copy without judged dev queries, so selection and the verdict are
 those of a user with a corpus and no judgments) and in its work folders, so the labels are shared and
-a run the verdict grid made with the same flags is found cached. Training queries as there: SciFact's
+a training the verdict grid made with the same settings is found cached. ``--split fixed`` (the
+default, the split every row before 2026-12-07 used): one draw of the test split per corpus, the same
+for every seed; ``--split per-seed``: as the verdict grid's default, seed s runs on the split drawn by
+seed s + 1 (so its default-valued runs reuse that grid's trainings), and a value's per-query score
+averages the seeds whose test split holds the query. Training queries as there: SciFact's
 own, generated from the corpus for ArguAna and TREC-DL (every corpus generates its queries for a grid
 over a generation flag: ``--generator``, ``--queries-per-doc``, ``--num-queries``). One `hf-dr adapt` per (corpus, method,
 value, seed), every other setting the default but the budget flags given here, each cached by its
@@ -74,9 +78,11 @@ def trained_per_query(m: dict) -> dict[str, float] | None:
 
 
 def seed_mean(runs: list[dict[str, float]]) -> dict[str, float]:
-    """Each query's score averaged over the seeds' runs (the queries every run scored)."""
-    shared = set.intersection(*(set(r) for r in runs)) if runs else set()
-    return {q: statistics.fmean(r[q] for r in runs) for q in sorted(shared)}
+    """Each query's score averaged over the seeds' runs that scored it (on a fixed split, every run
+    scores every test query; per seed, each run its own split's). Every value of a grid runs on the
+    same splits, so two values' means of one query average the same seeds: still paired."""
+    queries = sorted(set().union(*runs)) if runs else []
+    return {q: statistics.fmean(r[q] for r in runs if q in r) for q in queries}
 
 
 def tie_test(per: dict[str, float], per_query: dict[str, dict[str, float]] | None, value: str, tie: float) -> dict:
@@ -120,6 +126,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--tie", type=float, default=0.005)
     ap.add_argument("--dev-fraction", type=float, default=0.5)
+    ap.add_argument("--split", choices=("fixed", "per-seed"), default="fixed",
+                    help="fixed: one test split per corpus for every seed (the earlier rows); per-seed: seed s on "
+                         "the split of seed s + 1, the verdict grid's, whose trainings are then reused")
     ap.add_argument("--max-docs", type=int, default=None)
     ap.add_argument("--max-steps", type=int, default=None)
     ap.add_argument("--max-length", type=int, default=None)
@@ -129,7 +138,8 @@ def main(argv=None) -> int:
     require_installed()
     work = (REPO / a.work).resolve() if not Path(a.work).is_absolute() else Path(a.work)
     budget = "-".join(f"{k}{getattr(a, k)}" for k in BUDGET_FLAGS if getattr(a, k, None) is not None) or "defaults"
-    tag = f"{budget}-dev{round(100 * a.dev_fraction)}" + (f"-docs{a.max_docs}" if a.max_docs else "")
+    tag = (f"{budget}-dev{round(100 * a.dev_fraction)}" + (f"-docs{a.max_docs}" if a.max_docs else "")
+           + ("-resplit" if a.split == "per-seed" else ""))
     seeds = [int(s) for s in a.seeds.split(",")]
     rows = []
     for spec in a.grid:
@@ -138,20 +148,23 @@ def main(argv=None) -> int:
         per_query: dict[str, dict[str, dict[str, float]]] = {}
         zero: dict[str, float] = {}
         for corpus in a.corpora.split(","):
-            folders = prepare(corpus, work, a.dev_fraction, a.max_docs)
-            data = folders["without"]
+            zeros: dict[int, float] = {}  # the zero-shot test score of each seed's split
             for value in values:
                 got, got_pq = [], []
                 for seed in seeds:
+                    folders = prepare(corpus, work, a.dev_fraction, a.max_docs,
+                                      split_seed=seed + 1 if a.split == "per-seed" else 0)
+                    data = folders["without"]
                     out = work / f"{data.name}-{student}-{method}-seed{seed}-{budget}-{flag}{value}"
                     res = adapt_run(data, out, work / f"work-{data.name.rsplit('-', 1)[0]}", student, method, seed,
                                     a, generates(flag, folders["generate"]), (f"--{flag}", value),
                                     needs=("test_per_query",))
                     m = res["metrics"]
-                    zero[corpus] = m["before"]["ndcg@10"]
+                    zeros[seed] = m["before"]["ndcg@10"]
+                    zero[corpus] = statistics.fmean(zeros.values())
                     s = trained_score(m)
                     log(f"{corpus} {student}:{method} {flag}={value} seed {seed}: trained {s}, zero-shot "
-                        f"{zero[corpus]:.4f} ({m['verdict']})")
+                        f"{zeros[seed]:.4f} ({m['verdict']})")
                     if s is not None:
                         got.append(s)
                         got_pq.append(trained_per_query(m))
