@@ -85,6 +85,12 @@ def seed_mean(runs: list[dict[str, float]]) -> dict[str, float]:
     return {q: statistics.fmean(r[q] for r in runs if q in r) for q in queries}
 
 
+def query_mean(runs: list[dict[str, float]]) -> float:
+    """The mean over the queries of :func:`seed_mean`: the runs' mean score when they share their
+    queries (a fixed split), each query once when the seeds' splits differ."""
+    return statistics.fmean(seed_mean(runs).values())
+
+
 def tie_test(per: dict[str, float], per_query: dict[str, dict[str, float]] | None, value: str, tie: float) -> dict:
     """Whether ``value`` wins or ties on one corpus: ``per`` {value: mean trained test nDCG@10},
     ``per_query`` {value: {query: nDCG@10}} (None or a value missing: the fixed margin alone). The
@@ -149,6 +155,7 @@ def main(argv=None) -> int:
         zero: dict[str, float] = {}
         for corpus in a.corpora.split(","):
             zeros: dict[int, float] = {}  # the zero-shot test score of each seed's split
+            zeros_pq: dict[int, dict[str, float] | None] = {}  # ... and by query
             for value in values:
                 got, got_pq = [], []
                 for seed in seeds:
@@ -161,7 +168,9 @@ def main(argv=None) -> int:
                                     needs=("test_per_query",))
                     m = res["metrics"]
                     zeros[seed] = m["before"]["ndcg@10"]
-                    zero[corpus] = statistics.fmean(zeros.values())
+                    zeros_pq[seed] = (m.get("test_per_query") or {}).get("before")
+                    zero[corpus] = (query_mean(list(zeros_pq.values())) if all(zeros_pq.values())
+                                    else statistics.fmean(zeros.values()))
                     s = trained_score(m)
                     log(f"{corpus} {student}:{method} {flag}={value} seed {seed}: trained {s}, zero-shot "
                         f"{zeros[seed]:.4f} ({m['verdict']})")
@@ -169,7 +178,10 @@ def main(argv=None) -> int:
                         got.append(s)
                         got_pq.append(trained_per_query(m))
                 if got:
-                    scores.setdefault(corpus, {})[value] = statistics.fmean(got)
+                    # with per-query scores, the mean over the queries of their seed means: on a fixed
+                    # split the mean of the runs' scores, per seed the score the paired test compares
+                    scores.setdefault(corpus, {})[value] = (query_mean(got_pq) if all(got_pq)
+                                                            else statistics.fmean(got))
                     if all(got_pq):
                         per_query.setdefault(corpus, {})[value] = seed_mean(got_pq)
         verdicts = decide(scores, a.tie, per_query)

@@ -526,15 +526,18 @@ def test_cai_flops_weights_follow_the_batch():
     cfg = lambda b, **o: resolve(AdaptConfig(data="d", model="m", method="cai", output="o", batch_size=b,  # noqa: E731
                                              max_steps=30, options=o), check=False)
     assert SpladeCAI().train_key(cfg(8)) != SpladeCAI().train_key(cfg(32))
-    obj = SpladeCAI().objective(cfg(8), None, None).objective
+    obj = SpladeCAI().objective(cfg(8, flops_scale=1.0), None, None).objective
     assert (obj.lambda_q, obj.lambda_d, obj.warmup_steps) == (pytest.approx(0.00015), pytest.approx(0.0002), 10)
-    # --flops-scale multiplies both weights, keys the training and is recorded in the budget; 0 is no FLOPS
+    # --flops-scale multiplies both weights, keys the training and is recorded in the budget; 0 is no FLOPS.
+    # The method's default is 4 (measured on three corpora): at batch 8, the paper's own weights
     from hf_dr.adaptation.methods.cai import CAIOptions
 
     scaled = cfg(8, flops_scale=4.0)
+    assert cfg(8).options.flops_scale == 4.0
+    assert SpladeCAI().train_key(cfg(8)) == SpladeCAI().train_key(scaled)  # the default is the explicit value
     obj = SpladeCAI().objective(scaled, None, None).objective
     assert (obj.lambda_q, obj.lambda_d) == (pytest.approx(0.0006), pytest.approx(0.0008))
-    assert SpladeCAI().train_key(scaled) != SpladeCAI().train_key(cfg(8))
+    assert SpladeCAI().train_key(scaled) != SpladeCAI().train_key(cfg(8, flops_scale=1.0))
     assert SpladeCAI().budget(scaled, {})["flops_weights"] == pytest.approx([0.0006, 0.0008])
     assert flops_weights(8, 0.0) == (0.0, 0.0)
     with pytest.raises(ValueError, match="--flops-scale"):

@@ -915,6 +915,8 @@ def test_the_defaults_benchmark_supports_a_value_only_on_three_corpora():
     runs = [{"q1": 0.5, "q2": 1.0}, {"q1": 0.7, "q3": 0.0}]
     # each query over the seeds that scored it (per-seed splits: each seed's test half)
     assert mod.seed_mean(runs) == {"q1": pytest.approx(0.6), "q2": 1.0, "q3": 0.0}
+    assert mod.query_mean(runs) == pytest.approx(1.6 / 3)  # each query once
+    assert mod.query_mean([{"q1": 0.5, "q2": 1.0}, {"q1": 0.7, "q2": 0.0}]) == pytest.approx((0.75 + 0.35) / 2)
     assert mod.trained_per_query({"kept_starting_model": True, "test_per_query": {"after": {"q": 0.1},
                                                                                   "best_checkpoint": {"q": 0.2}}}) == {"q": 0.2}
     assert mod.trained_per_query({"kept_starting_model": False, "test_per_query": {"after": {"q": 0.1}}}) == {"q": 0.1}
