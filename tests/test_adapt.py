@@ -479,8 +479,10 @@ def test_cai_without_mlm_trains_without_idf_and_outputs_with_it(first_run, split
     rc, text, err = _adapt(capsys, *args)
     assert rc == 0, err
     assert "cai: IDF on the target corpus" in text and "continual MLM" not in text
-    # the paper's FLOPS weights (0.0006 / 0.0008 at batch 32), scaled to this run's batch of 4
-    assert seen and all(s == (False, False, pytest.approx(0.0006 / 8), pytest.approx(0.0008 / 8)) for s in seen)
+    # the default FLOPS weights: the paper's (0.0006 / 0.0008 at batch 32) scaled to this run's batch of 4,
+    # times the default --flops-scale 4 (at batch 8, the paper's own)
+    assert seen and all(s == (False, False, pytest.approx(0.0006 / 8 * 4), pytest.approx(0.0008 / 8 * 4))
+                        for s in seen)
     # the dev set scores each checkpoint as it ships (IDF on), the training model staying as it trains:
     # selection chooses among the models it would output, and the saved choice scores what selection saw
     # (the objective saw IDF off at step 2, after step 1's evaluation: the view did not leak into training)
