@@ -404,7 +404,10 @@ def _row(corpus, spec, seed, variant, folders, m, row, command, budget) -> dict:
             "budget": budget, "method": spec, "seed": seed, "variant": variant, "judged_fields": row,
             "verdict_sentence": m["verdict_sentence"], "judged_dev": m.get("judged_dev"),
             "unverified": m.get("unverified"), "before": m["before"], "after": m["after"],
-            "best_checkpoint": m.get("best_checkpoint"), "minutes": m["budget"]["minutes"]}
+            "best_checkpoint": m.get("best_checkpoint"), "minutes": m["budget"]["minutes"],
+            # the run's recorded settings (e.g. cai's FLOPS weights): rows of one budget tag made under different
+            # method defaults (cai's FLOPS weights before and after 2026-12-07) are told apart by it
+            "adapt_budget": {k: v for k, v in m["budget"].items() if not k.endswith("minutes")}}
 
 
 if __name__ == "__main__":
