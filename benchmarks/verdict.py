@@ -280,6 +280,9 @@ def parse_args(argv=None):
     ap.add_argument("--summary-only", action="store_true",
                     help="run nothing: write the summary rows over the recorded runs of --corpora, --methods, "
                          "--seeds and --variants with this budget")
+    ap.add_argument("--plot", default=None, metavar="PNG",
+                    help="also draw the recorded runs of this budget (--corpora, --methods, --seeds, --variants): "
+                         "each run's stated interval and its test difference (docs/img/verdict_calibration.png)")
     return ap.parse_args(argv)
 
 
@@ -299,6 +302,8 @@ def main(argv=None) -> int:
                   f"{tag}", file=sys.stderr)
             return 2
         save_rows("verdict", rows, merge_key=("table", "dataset", "system"))
+        if a.plot:
+            _plot_runs(a, tag)
         return 0
     for corpus in a.corpora.split(","):
         for spec in a.methods.split(","):
@@ -319,7 +324,75 @@ def main(argv=None) -> int:
                     log(f"{corpus} {spec} seed {seed} {variant}: {row['verdict']} ({row['word']}), output test "
                         f"difference {row['output_test_difference']:+.4f}")
     save_rows("verdict", summaries_of(tag), merge_key=("table", "dataset", "system"))
+    if a.plot:
+        _plot_runs(a, tag)
     return 0
+
+
+def _plot_runs(a, tag: str) -> None:
+    from common import RESULTS
+
+    seeds = {int(s) for s in a.seeds.split(",")}
+    rows = [r for r in json.loads((RESULTS / "verdict.json").read_text())
+            if r["table"] == "verdict" and r.get("budget") == tag and r["seed"] in seeds
+            and r["dataset"] in a.corpora.split(",") and r["method"] in a.methods.split(",")
+            and r["variant"] in a.variants.split(",")]
+    log(f"wrote {plot_calibration(rows, Path(a.plot), tag)} ({len(rows)} runs)")
+
+
+#: marker colour of each verdict in the calibration figure
+COLOURS = {LABELLED: "tab:green", PSEUDO_ONLY: "tab:orange", KEPT: "tab:gray"}
+
+
+def plot_calibration(rows: list[dict], path: Path, title: str) -> Path:
+    """:func:`calibration_figure` of ``rows`` written to ``path``."""
+    from hf_dr.analysis.plotting import save_figure
+
+    return save_figure(calibration_figure(rows, title), path)
+
+
+def calibration_figure(rows: list[dict], title: str):
+    """One panel per variant (with / without judged dev queries), one column per run: the verdict's
+    interval (its difference, and the 95% prediction interval for as many queries as the test split)
+    as a bar, the compared model's test difference as a dot coloured by the verdict; a dot outside its
+    bar is a miss, a green dot below zero a loss let through."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    variants = [v for v in ("with", "without") if any(r["variant"] == v for r in rows)]
+    width = max(6.0, 0.7 * len(rows) / max(1, len(variants)) + 1.5)
+    fig, axes = plt.subplots(len(variants), 1, figsize=(width, 3.2 * len(variants)), squeeze=False)
+    for ax, variant in zip(axes[:, 0], variants):
+        these = sorted((r for r in rows if r["variant"] == variant),
+                       key=lambda r: (CORPORA.index(r["dataset"]) if r["dataset"] in CORPORA else 9, r["method"], r["seed"]))
+        for x, r in enumerate(these):
+            j = r["judged_fields"]
+            iv, test = j["interval"], j["compared_test_difference"]
+            if iv and iv.get("prediction") is not None:
+                ax.errorbar(x, iv["difference"], yerr=iv["prediction"], fmt="_", ms=12, color="tab:blue", capsize=4,
+                            lw=1.2)
+            if test is not None:
+                ax.plot(x, test, "o", color=COLOURS.get(j["verdict"], "black"), ms=6,
+                        mfc="none" if j["covered"] is False else None)
+        ax.axhline(0, color="black", lw=0.6)
+        ax.set_xticks(range(len(these)))
+        ax.set_xticklabels([f"{r['dataset'].split('-')[0]}\n{r['method'].split(':')[0]}\nseed {r['seed']}"
+                            for r in these], fontsize=7)
+        ax.set_ylabel("nDCG@10 difference")
+        ax.set_title(f"{variant} judged dev queries" + ("" if variant == "with" else " (intervals: held-out pseudo-dev "
+                     "queries; none where the teacher contains the student)"), fontsize=9)
+    handles = [Line2D([], [], color="tab:blue", marker="_", ms=12, label="stated: held-out difference, 95% "
+                      "prediction interval")]
+    handles += [Line2D([], [], color=c, marker="o", ls="", label=f"test difference; verdict: {v}")
+                for v, c in COLOURS.items()]
+    handles.append(Line2D([], [], color="black", marker="o", mfc="none", ls="", label="outside the interval"))
+    axes[0, 0].legend(handles=handles, fontsize=7, loc="best")
+    fig.suptitle(f"Does the verdict hold? Test difference of the output, or of the best trained checkpoint where "
+                 f"the start was kept ({title})", fontsize=9)
+    return fig
 
 
 def summaries_of(budget: str, seeds: set[int] | None = None, rows: list[dict] | None = None,

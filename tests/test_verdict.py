@@ -793,6 +793,31 @@ def test_the_benchmark_summarises_the_runs_of_the_seeds_asked_for(monkeypatch):
     assert every[0]["metrics"]["labelled losses let through"] == 1  # seed 1's loss counts here
 
 
+def test_the_benchmark_draws_each_runs_interval_and_test_difference():
+    """``--plot``: a panel per variant, a column per run in corpus order; each run's stated interval
+    as a bar, its test difference as a dot coloured by the verdict, hollow where it falls outside."""
+    pytest.importorskip("matplotlib")
+    bench = _benchmark()
+    iv = {"on": "held-out", "difference": 0.03, "half_width": 0.02, "queries": 20}
+    runs = [("msmarco-trecdl2019", "with", _metrics(LABELLED, 0.5, 0.53, False, iv)),               # inside
+            ("scifact", "with", _metrics(LABELLED, 0.5, 0.45, False, iv)),                          # outside
+            ("scifact", "without", _metrics(KEPT, 0.5, 0.5, True, None, best=0.52, judged=False))]  # no interval
+    rows = [{"dataset": d, "method": "minilm:pseudo-margin-mse", "seed": 0, "variant": v,
+             "judged_fields": bench.judge(m)} for d, v, m in runs]
+    fig = bench.calibration_figure(rows, "b")
+    with_ax, without_ax = fig.axes[:2]
+    assert [t.get_text().split("\n")[0] for t in with_ax.get_xticklabels()] == ["scifact", "msmarco"]
+    dots = [line for line in with_ax.get_lines() if line.get_marker() == "o"]
+    assert [(line.get_ydata()[0], line.get_markerfacecolor() == "none") for line in dots] == [
+        (pytest.approx(-0.05), True), (pytest.approx(0.03), False)]
+    assert len(with_ax.containers) == 2 and len(without_ax.containers) == 0  # the bars: runs with an interval
+    assert [line.get_ydata()[0] for line in without_ax.get_lines() if line.get_marker() == "o"] == [
+        pytest.approx(0.02)]
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
 def test_the_benchmark_judges_a_pooled_interval_and_the_held_out_spread_alone_on_the_same_run():
     """A run that records its per-query differences (``verdict_interval.per_query_differences``) is
     judged twice: with the interval it stated (spread of both halves) and with the held-out half's
