@@ -391,7 +391,7 @@ def calibration_figure(rows: list[dict], title: str):
     handles.append(Line2D([], [], color="black", marker="o", mfc="none", ls="", label="outside the interval"))
     axes[0, 0].legend(handles=handles, fontsize=7, loc="best")
     fig.suptitle(f"Does the verdict hold? Test difference of the output, or of the best trained checkpoint where "
-                 f"the start was kept ({title})", fontsize=9)
+                 f"the start was kept\n({title})", fontsize=9)
     return fig
 
 
