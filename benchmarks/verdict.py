@@ -332,11 +332,10 @@ def main(argv=None) -> int:
 def _plot_runs(a, tag: str) -> None:
     from common import RESULTS
 
-    seeds = {int(s) for s in a.seeds.split(",")}
-    rows = [r for r in json.loads((RESULTS / "verdict.json").read_text())
-            if r["table"] == "verdict" and r.get("budget") == tag and r["seed"] in seeds
-            and r["dataset"] in a.corpora.split(",") and r["method"] in a.methods.split(",")
-            and r["variant"] in a.variants.split(",")]
+    rows = [r for r in runs_of(json.loads((RESULTS / "verdict.json").read_text()), tag,
+                               {int(s) for s in a.seeds.split(",")}, set(a.corpora.split(",")),
+                               set(a.methods.split(",")))
+            if r["variant"] in a.variants.split(",")]
     log(f"wrote {plot_calibration(rows, Path(a.plot), tag)} ({len(rows)} runs)")
 
 
@@ -406,9 +405,7 @@ def summaries_of(budget: str, seeds: set[int] | None = None, rows: list[dict] | 
         from common import RESULTS
 
         rows = json.loads((RESULTS / "verdict.json").read_text())
-    runs = [r for r in rows if r["table"] == "verdict" and r.get("budget") == budget
-            and (seeds is None or r["seed"] in seeds) and (corpora is None or r["dataset"] in corpora)
-            and (methods is None or r["method"] in methods)]
+    runs = runs_of(rows, budget, seeds, corpora, methods)
     datasets = ",".join(dict.fromkeys(r["dataset"] for r in runs))
     out = []
     for variant, label, flag in (("with", "with judged dev queries", True),
@@ -428,6 +425,14 @@ def summaries_of(budget: str, seeds: set[int] | None = None, rows: list[dict] | 
         log(f"{row['system']}: {row['metrics']}")
         out.append(row)
     return out
+
+
+def runs_of(rows: list[dict], budget: str, seeds: set[int] | None = None, corpora: set[str] | None = None,
+            methods: set[str] | None = None) -> list[dict]:
+    """The run rows recorded with this budget, of these seeds, corpora and methods (None: any)."""
+    return [r for r in rows if r["table"] == "verdict" and r.get("budget") == budget
+            and (seeds is None or r["seed"] in seeds) and (corpora is None or r["dataset"] in corpora)
+            and (methods is None or r["method"] in methods)]
 
 
 def _one_run_command(corpus: str, spec: str, seed, variant: str | None) -> str:
