@@ -336,18 +336,13 @@ def _plot_runs(a, tag: str) -> None:
                                {int(s) for s in a.seeds.split(",")}, set(a.corpora.split(",")),
                                set(a.methods.split(",")))
             if r["variant"] in a.variants.split(",")]
-    log(f"wrote {plot_calibration(rows, Path(a.plot), tag)} ({len(rows)} runs)")
+    from hf_dr.analysis.plotting import save_figure
+
+    log(f"wrote {save_figure(calibration_figure(rows, tag), Path(a.plot))} ({len(rows)} runs)")
 
 
 #: marker colour of each verdict in the calibration figure
 COLOURS = {LABELLED: "tab:green", PSEUDO_ONLY: "tab:orange", KEPT: "tab:gray"}
-
-
-def plot_calibration(rows: list[dict], path: Path, title: str) -> Path:
-    """:func:`calibration_figure` of ``rows`` written to ``path``."""
-    from hf_dr.analysis.plotting import save_figure
-
-    return save_figure(calibration_figure(rows, title), path)
 
 
 def calibration_figure(rows: list[dict], title: str):
