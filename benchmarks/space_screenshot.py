@@ -42,6 +42,21 @@ def find_chromium() -> str | None:
     return None
 
 
+# argv: the fd to become 3, the fd to become 4, then the program and its arguments (both copied
+# above 9 first, so that moving one to 3 or 4 cannot overwrite the other; the copies are closed)
+_FDS_3_4 = """import fcntl, os, sys
+fds = [int(fd) for fd in sys.argv[1:3]]
+high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in fds]
+for fd in fds:
+    os.close(fd)
+os.dup2(high[0], 3)
+os.dup2(high[1], 4)
+for fd in high:
+    os.close(fd)
+os.execv(sys.argv[3], sys.argv[3:])
+"""
+
+
 class CDPPipe:
     """Chrome DevTools Protocol over ``--remote-debugging-pipe``: JSON messages separated by NUL,
     commands written to the browser's fd 3, replies / events read from its fd 4."""
@@ -49,17 +64,14 @@ class CDPPipe:
     def __init__(self, chromium: str, user_data_dir: str, width: int, height: int):
         to_browser_r, self._w = os.pipe()
         self._r, from_browser_w = os.pipe()
-
-        def child_fds():  # the browser expects the pipe at fds 3 (in) and 4 (out)
-            a, b = os.dup(to_browser_r), os.dup(from_browser_w)  # above 4: dup2 must not clobber them
-            a, b = os.dup2(a, 100), os.dup2(b, 101)
-            os.dup2(100, 3, inheritable=True)
-            os.dup2(101, 4, inheritable=True)
-
         args = [chromium, *CHROMIUM_FLAGS, "--remote-debugging-pipe", f"--user-data-dir={user_data_dir}",
                 f"--window-size={width},{height}", "--hide-scrollbars", "--mute-audio", "about:blank"]
-        # close_fds=False: subprocess would otherwise close fds 3/4 after preexec_fn has set them
-        self.proc = subprocess.Popen(args, close_fds=False, preexec_fn=child_fds,
+        # The browser expects the pipe at fds 3 (in) and 4 (out). No Python runs between fork and exec
+        # here (a preexec_fn may deadlock in the child of a process with threads, and Popen then waits
+        # for it for ever): a fresh Python, handed both ends by pass_fds, moves them to 3 and 4 and
+        # execs the browser.
+        self.proc = subprocess.Popen([sys.executable, "-c", _FDS_3_4, str(to_browser_r), str(from_browser_w), *args],
+                                     pass_fds=(to_browser_r, from_browser_w),
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         os.close(to_browser_r)
         os.close(from_browser_w)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,27 @@ MODELS = SHARED / "models"
 MINILM = MODELS / "all-MiniLM-L6-v2"
 SPLADE_TINY = MODELS / "splade-tiny"
 SAMPLE = REPO / "hf_dr" / "data" / "sample" / "scifact-mini"
+
+# No test uses the network. The Hub and the libraries' own calls home (Gradio's analytics, the
+# Hub's telemetry, Sentence Transformers' and datasets' look-ups of a name) are switched off, for
+# this process and every process it starts; a name that is not this machine's is refused at once
+# as a failed DNS look-up (as where there is no network), so a machine whose network swallows
+# packets (a connection that waits for minutes) runs the suite as one without any.
+for _var, _value in {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                     "HF_HUB_DISABLE_TELEMETRY": "1", "GRADIO_ANALYTICS_ENABLED": "False", "DO_NOT_TRACK": "1"}.items():
+    os.environ.setdefault(_var, _value)
+_LOCAL_NAMES = {None, "", "localhost", "127.0.0.1", "::1", "0.0.0.0", "::", socket.gethostname()}
+_getaddrinfo = socket.getaddrinfo
+
+
+def _local_only_getaddrinfo(host, *args, **kwargs):
+    name = host.decode() if isinstance(host, bytes) else host
+    if name in _LOCAL_NAMES or (isinstance(name, str) and name.startswith("127.")):
+        return _getaddrinfo(host, *args, **kwargs)
+    raise socket.gaierror(socket.EAI_NONAME, f"the tests use no network: {name!r} was not looked up")
+
+
+socket.getaddrinfo = _local_only_getaddrinfo
 
 # the Arrow cache of BEIR files (hf_dr.data.beir.cache_root) of a test session: a temporary folder,
 # never the user's datasets cache (the property tests read hundreds of generated corpora)

@@ -153,6 +153,9 @@ def test_bad_input_is_exit_2_and_one_message(name, tmp_path, monkeypatch, capsys
     def no_network(*a, **k):
         raise AssertionError(f"{name}: contacted the Hub")
 
+    # the answer of a Hub that is reached (not found) is told apart from offline mode, which the
+    # test session sets (tests/conftest.py): here the simulated Hub alone decides
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(datasets, "load_dataset", fake if name.startswith("data-hub") else no_network)
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake if name.startswith("model-hub") else no_network)
     argv, expected = _case(name)(tmp_path, headless_dir)

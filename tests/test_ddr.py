@@ -3,6 +3,7 @@ trust_remote_code loading, Trainer and 2-process DDP training (tiny models from 
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import subprocess
@@ -237,8 +238,10 @@ def _ddp_worker(rank, world, port, model_dir, batch, result_file):
 
     from hf_dr.objectives import ContrastiveObjective
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # loopback only (gloo would otherwise pick the interface of the machine's hostname), and a
+    # bounded wait: a process that never joins fails the test instead of holding it for 30 minutes
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
     torch.manual_seed(0)
     model = DDRModel.from_pretrained(model_dir)
     model.eval()  # no dropout: the processes must compute what the single reference process does
