@@ -1,5 +1,6 @@
-"""Habits of the codebase: the linter's rules hold (when ruff is installed), and no code or comment
-names an issue number (the history is in git)."""
+"""Habits of the codebase: the linter's rules hold (when ruff is installed), no code or comment
+names an issue number (the history is in git), and the test suite itself uses no network and cannot
+wait for ever."""
 
 from __future__ import annotations
 
@@ -48,3 +49,22 @@ def test_ruff_passes():
     r = subprocess.run([sys.executable, "-m", "ruff", "check", "."], cwd=REPO, capture_output=True,
                        text=True)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+def test_the_suite_uses_no_network_and_no_test_waits_for_ever(pytestconfig):
+    """A name outside this machine is refused at once (no DNS look-up, no connection that waits),
+    the Hub and the libraries' calls home are off for every process the tests start, and a test
+    that hangs is ended by pytest-timeout (the run's limit is set, in the thread method)."""
+    import os
+    import socket
+
+    with pytest.raises(socket.gaierror, match="no network"):
+        socket.getaddrinfo("huggingface.co", 443)
+    with pytest.raises(OSError):
+        socket.create_connection(("api.gradio.app", 443), timeout=30)
+    assert socket.getaddrinfo("127.0.0.1", 80) and socket.getaddrinfo("localhost", 80)
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):
+        assert os.environ[var] == "1", var
+    assert os.environ["GRADIO_ANALYTICS_ENABLED"] == "False"
+    assert pytestconfig.pluginmanager.hasplugin("timeout"), "pytest-timeout (the dev extra) is not installed"
+    assert float(pytestconfig.getini("timeout")) == 600 and pytestconfig.getini("timeout_method") == "thread"
