@@ -109,7 +109,6 @@ else:
     raise SystemExit('hf_dr is importable: ' + str(hf_dr.__file__))
 """
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["HF_HUB_OFFLINE"] = "1"
     env["HF_MODULES_CACHE"] = str(Path(cwd) / "hf_modules")
     return subprocess.run([sys.executable, "-c", prelude + script], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)

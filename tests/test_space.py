@@ -43,7 +43,7 @@ def space(tiny_bert_dir, tmp_path_factory):
     cfg.hidden_size, cfg.intermediate_size = 48, 96
     BertForMaskedLM(cfg).save_pretrained(tmp / "dams" / "wrong-size")
     corpus = small_beir(tmp / "corpus")
-    env = {"HF_HUB_OFFLINE": "1", "HF_DR_CORPUS": str(corpus), "HF_DR_DENSE_MODEL": str(tiny_bert_dir),
+    env = {"HF_DR_CORPUS": str(corpus), "HF_DR_DENSE_MODEL": str(tiny_bert_dir),
            "HF_DR_SPLADE_MODEL": str(tmp / "splade"), "HF_DR_DDR_REM": str(tmp / "rem"),
            "HF_DR_DDR_DAMS": str(tmp / "dams"), "HF_DR_DEVICE": "cpu", "OMP_NUM_THREADS": "1",
            "HF_DR_BERM_MODEL": "", "HF_DR_BUILD_WAIT": "600"}  # a slow machine waits for a build, never says "try again"
@@ -171,7 +171,6 @@ def test_every_endpoint_serves_only_the_configured_corpus(app, tmp_path, monkeyp
     monkeypatch.setenv("HF_DR_DENSE_MODEL", str(tiny_bert_dir))
     monkeypatch.setenv("HF_DR_DEVICE", "cpu")
     monkeypatch.setenv("HF_DR_BUILD_WAIT", "600")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     cfg = app.SpaceConfig.from_env()
     assert cfg.corpus_map() == {"corpus": str(corpus)}
     demo = app.build_demo(cfg)
@@ -339,8 +338,7 @@ def test_space_requirements_have_the_package_floors():
 def test_headless_chromium_types_a_query_and_sees_results(tmp_path):
     """What benchmarks/space_screenshot.py does for docs/img/search_demo.png, on a small corpus with BM25."""
     corpus = small_beir(tmp_path / "corpus")
-    proc, port = start_app({"HF_DR_CORPUS": str(corpus), "HF_HUB_OFFLINE": "1",
-                                             "OMP_NUM_THREADS": "1"}, log_path=tmp_path / "app.log")
+    proc, port = start_app({"HF_DR_CORPUS": str(corpus), "OMP_NUM_THREADS": "1"}, log_path=tmp_path / "app.log")
     try:
         seen = screenshot(f"http://127.0.0.1:{port}/", tmp_path / "shot.png",
                                            "vitamin D deficiency and bone loss", "BM25", timeout=120)
